@@ -167,14 +167,35 @@ class LiLiCorrHead(nn.Module):
         return torch.cat([first, scale * pairs.float()], dim=1)
 
 
+def sample_walk(transition_logits: torch.Tensor,
+                temperature: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Candidate index per slot [B, S] and the distribution each index was drawn from [B, S, k].
+
+    Left to right, each slot's candidate is drawn from softmax(row of the candidate chosen at
+    the slot before / temperature), row 0 at slot 0; a request at temperature 0 takes the
+    argmax and its proposal is one-hot. Rejection sampling stays lossless only if it divides by
+    exactly these proposals.
+    """
+    bsz, num_slots, topk, _ = transition_logits.shape
+    rows = torch.arange(bsz, device=transition_logits.device)
+    greedy = temperature <= 0
+    scale = torch.where(greedy, torch.ones_like(temperature), temperature).float()[:, None]
+    previous = torch.zeros(bsz, dtype=torch.long, device=transition_logits.device)
+    chosen, proposals = [], []
+    for slot in range(num_slots):
+        logits = transition_logits[rows, slot, previous].float()
+        proposal = (logits / scale).softmax(dim=-1)
+        # argmax(p / Exp(1)) is a draw from p (the exponential race vLLM's sampler uses)
+        drawn = (proposal / torch.empty_like(proposal).exponential_()).argmax(dim=-1)
+        previous = torch.where(greedy, logits.argmax(dim=-1), drawn)
+        one_hot = F.one_hot(previous, topk).to(proposal.dtype)
+        proposals.append(torch.where(greedy[:, None], one_hot, proposal))
+        chosen.append(previous)
+    return torch.stack(chosen, dim=1), torch.stack(proposals, dim=1)
+
+
 def greedy_walk(transition_logits: torch.Tensor) -> torch.Tensor:
     """Candidate index per slot [B, S]: start at row 0, then at each slot take the best
     successor of the candidate chosen at the slot before (a greedy walk, not Viterbi)."""
-    bsz, num_slots, _, _ = transition_logits.shape
-    rows = torch.arange(bsz, device=transition_logits.device)
-    previous = torch.zeros(bsz, dtype=torch.long, device=transition_logits.device)
-    chosen = []
-    for slot in range(num_slots):
-        previous = transition_logits[rows, slot, previous].argmax(dim=-1)
-        chosen.append(previous)
-    return torch.stack(chosen, dim=1)
+    temperature = torch.zeros(transition_logits.shape[0], device=transition_logits.device)
+    return sample_walk(transition_logits, temperature)[0]

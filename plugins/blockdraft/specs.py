@@ -19,7 +19,7 @@ import json
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 DFLASH_ARCHITECTURES = frozenset({"DFlashDraftModel"})
 LILICORR_ARCHITECTURES = frozenset({"LiLiCorrDraftModel"})
@@ -327,8 +327,11 @@ def read_drafter_spec(path: str | Path) -> DrafterSpec:
     return parse_drafter_config(_load_config(Path(path)), path)
 
 
-def require_method(path: str | Path, method: str) -> DrafterSpec:
-    """The drafter at ``path`` read for ``method``; a checkpoint of another kind is an error."""
+def require_method(path: str | Path, method: str,
+                   selector: Callable[[str], str] = lambda kind: f'"method":"{kind}"') -> DrafterSpec:
+    """The drafter at ``path`` read for ``method``; a checkpoint of another kind is an error.
+    ``selector(kind)`` says how the user picks a method in their engine (default: vLLM's
+    ``--speculative-config`` spelling), for the fix the message suggests."""
     path = Path(path)
     config = _load_config(path)
     kind = drafter_kind(config)
@@ -336,12 +339,12 @@ def require_method(path: str | Path, method: str) -> DrafterSpec:
     wanted = {"lilicorr": "lilicorr", "dspark": "dspark"}.get(method)
     if wanted is not None and kind != wanted:
         given = KIND_TO_METHOD.get(kind)
-        fix = (f'use "method":"{given}" for it' if given else "pass a drafter of that kind")
+        fix = f"use {selector(given)} for it" if given else "pass a drafter of that kind"
         raise DrafterSpecError(f"{path}: method {method!r} needs a {wanted} drafter, but "
                                f"architectures={arch!r} is a {kind} checkpoint; {fix}")
     if wanted is None and kind in ("lilicorr", "dspark") and method not in ("dflash", kind):
         raise DrafterSpecError(f"{path}: architectures={arch!r} is a {kind} drafter and cannot "
-                               f"serve method {method!r}; use \"method\":\"{kind}\"")
+                               f"serve method {method!r}; use {selector(kind)}")
     return read_drafter_spec(path)
 
 
@@ -430,9 +433,10 @@ def check_weights(spec: DrafterSpec, names: Iterable[str]) -> None:
 
 
 def validate_drafter(path: str | Path, method: str, target_path: str | Path | None = None,
-                     num_draft_tokens: int | None = None) -> DrafterSpec:
+                     num_draft_tokens: int | None = None,
+                     selector: Callable[[str], str] | None = None) -> DrafterSpec:
     """Everything an engine should check before loading a drafter for ``method``."""
-    spec = require_method(path, method)
+    spec = require_method(path, method, selector) if selector else require_method(path, method)
     if target_path is not None:
         check_against_target(spec, read_target_spec(target_path))
     if num_draft_tokens is not None:

@@ -158,3 +158,9 @@ def test_markov_rank_only_in_dflash_config(tmp_path):
 
 def test_missing_config(tmp_path):
     assert "no config.json" in error_of(tmp_path, "lilicorr")
+
+
+def test_the_fix_names_the_engine_s_own_selector(tmp_path):
+    path = write_drafter(tmp_path / "d", "dflash")
+    msg = error_of(path, "dspark", selector=lambda kind: f"--speculative-algorithm {kind.upper()}")
+    assert msg.endswith("use --speculative-algorithm DFLASH for it")

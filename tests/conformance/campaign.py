@@ -1,0 +1,64 @@
+"""Runs scenarios engine by engine, starting each engine configuration once.
+
+A case needs the baseline and the speculative run of its scenario. The first time a
+(configuration, family, method) is needed, its engine is started, runs every scenario that
+uses it, and is stopped; later cases read the cached runs. So each engine configuration starts
+once per method, whatever order pytest runs the cases in.
+"""
+
+from __future__ import annotations
+
+from .compare import CaseResult, Run, judge
+from .drivers.base import BASELINE, Driver, Method
+from .prompts import prompt_set
+from .scenarios import SCENARIOS, Scenario
+
+
+class Campaign:
+    def __init__(self, driver: Driver, scenarios: tuple[Scenario, ...] = SCENARIOS) -> None:
+        self.driver = driver
+        self.scenarios = scenarios
+        self.runs: dict[tuple[str, str], Run | Exception] = {}
+        self.results: list[CaseResult] = []
+
+    def _engine_key(self, scenario: Scenario) -> tuple[str, str]:
+        return scenario.config, self.driver.family(scenario)
+
+    def _run(self, scenario: Scenario, method: Method) -> Run:
+        key = (scenario.name, method.name)
+        if key not in self.runs:
+            config, family = self._engine_key(scenario)
+            group = [s for s in self.scenarios if self._engine_key(s) == (config, family)
+                     and self.driver.unavailable(s, method) is None]
+            try:
+                with self.driver.start(config, family, method) as engine:
+                    for s in group:
+                        want_top2 = method is BASELINE and s.compares_outputs
+                        self.runs[(s.name, method.name)] = self.driver.run(
+                            engine, s, prompt_set(s.prompts), want_top2)
+            except Exception as exc:  # recorded per case, so one broken engine fails its cases only
+                for s in group:
+                    self.runs.setdefault((s.name, method.name), exc)
+        run = self.runs[key]
+        if isinstance(run, Exception):
+            raise run
+        return run
+
+    def case(self, scenario: Scenario, method: Method) -> CaseResult:
+        family = self.driver.family(scenario)
+        reason = self.driver.unavailable(scenario, method)
+        if reason is None:
+            reason = self.driver.unavailable(scenario, BASELINE)
+        if reason is not None:
+            result = CaseResult(self.driver.engine, scenario.name, method.name, family,
+                                "not available", reason)
+        else:
+            try:
+                result = judge(self.driver.engine, scenario, method.name, family,
+                               self._run(scenario, BASELINE), self._run(scenario, method),
+                               method.max_draft)
+            except Exception as exc:
+                result = CaseResult(self.driver.engine, scenario.name, method.name, family, "fail",
+                                    f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
+        self.results.append(result)
+        return result

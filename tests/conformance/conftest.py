@@ -1,0 +1,31 @@
+"""Session-wide campaigns (one per engine), whose reports are written when the session ends."""
+
+from __future__ import annotations
+
+import pytest
+
+from . import report
+from .campaign import Campaign
+
+CAMPAIGNS: dict[str, Campaign] = {}
+
+
+def campaign_for(driver_class) -> Campaign:
+    if driver_class.engine not in CAMPAIGNS:
+        CAMPAIGNS[driver_class.engine] = Campaign(driver_class())
+    return CAMPAIGNS[driver_class.engine]
+
+
+def pytest_sessionfinish(session, exitstatus):
+    for engine, campaign in CAMPAIGNS.items():
+        if campaign.results:
+            path = report.write(engine, campaign.results, {})
+            print(f"\nconformance report: {path}")
+
+
+def check(result) -> None:
+    """A case passes, or passes on a listed near-tie; an unavailable one is skipped with its
+    reason (shown in the summary and the report, never counted as passed)."""
+    if result.status == "not available":
+        pytest.skip(f"not available: {result.reason}")
+    assert result.status in ("pass", "near-tie"), result.reason

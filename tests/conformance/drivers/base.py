@@ -1,0 +1,145 @@
+"""What every engine driver provides, and the engine processes they start."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from abc import ABC, abstractmethod
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..compare import Counters, Output, Run
+from ..prompts import Request
+from ..scenarios import Scenario
+
+REPO = Path(__file__).resolve().parents[3]
+FIXTURES = REPO / "build" / "fixtures"
+LOGS = REPO / "reports" / "conformance" / "logs"
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str                # "baseline", or the speculative method as the engine names it
+    drafter: str | None      # fixture role of the drafter ("dflash", "lilicorr", "dspark")
+    ours: bool = False       # our method (True) or the engine's own DFlash control
+    max_draft: int = 7
+
+
+BASELINE = Method("baseline", None)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_json(url: str, payload: dict | None = None, timeout: float = 600.0) -> dict:
+    data = None if payload is None else json.dumps(payload).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def http_text(url: str, timeout: float = 30.0) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return response.read().decode()
+
+
+class EngineProcess:
+    """An engine server subprocess with its log in reports/conformance/logs/, stopped on exit."""
+
+    def __init__(self, name: str, argv: list[str], port: int, health_path: str, method: "Method",
+                 env: dict[str, str] | None = None, startup_timeout: float = 600.0) -> None:
+        self.name, self.argv, self.port, self.method = name, argv, port, method
+        self.url = f"http://127.0.0.1:{port}"
+        self.health_path, self.env, self.startup_timeout = health_path, env, startup_timeout
+        LOGS.mkdir(parents=True, exist_ok=True)
+        self.log_path = LOGS / f"{name}.log"
+        self.process: subprocess.Popen | None = None
+
+    def log_tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def __enter__(self) -> "EngineProcess":
+        log = self.log_path.open("w")
+        self.process = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
+                                        env={**os.environ, **(self.env or {})},
+                                        start_new_session=True, cwd=REPO)
+        deadline = time.time() + self.startup_timeout
+        while time.time() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.process.returncode} before "
+                                   f"serving:\n{self.log_tail()}")
+            try:
+                urllib.request.urlopen(self.url + self.health_path, timeout=5)
+                return self
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                time.sleep(1)
+        self.__exit__(None, None, None)
+        raise RuntimeError(f"{self.name} did not become healthy in {self.startup_timeout} s:\n"
+                           f"{self.log_tail()}")
+
+    def __exit__(self, *exc) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+
+class Driver(ABC):
+    engine: str
+    methods: tuple[Method, ...]
+    vision_family: str
+    # True: the engine reports speculative counters only server-wide (diffed around a scenario)
+    server_wide_counters = False
+
+    def family(self, scenario: Scenario) -> str:
+        return self.vision_family if scenario.family == "vision" else scenario.family
+
+    def unavailable(self, scenario: Scenario, method: Method) -> str | None:
+        """Why this engine cannot run the scenario with the method, or None."""
+        return None
+
+    @abstractmethod
+    def start(self, config: str, family: str, method: Method) -> EngineProcess:
+        """An engine (not yet entered) serving the family's target, with the method's drafter."""
+
+    @abstractmethod
+    def generate(self, engine: EngineProcess, scenario: Scenario, request: Request,
+                 want_top2: bool) -> tuple[Output, Counters]:
+        """One request, with its own speculative counters (empty if server-wide)."""
+
+    def counters(self, engine: EngineProcess) -> Counters:
+        """Server-wide cumulative counters (engines with server_wide_counters)."""
+        raise NotImplementedError
+
+    def run(self, engine: EngineProcess, scenario: Scenario, requests: tuple[Request, ...],
+            want_top2: bool) -> Run:
+        """All requests of a scenario: one at a time, or all at once (batch, concurrent)."""
+        before = self.counters(engine) if self.server_wide_counters else Counters()
+        started = time.time()
+        if scenario.mode == "sequential":
+            results = [self.generate(engine, scenario, r, want_top2) for r in requests]
+        else:
+            with ThreadPoolExecutor(len(requests)) as pool:
+                results = list(pool.map(lambda r: self.generate(engine, scenario, r, want_top2),
+                                        requests))
+        seconds = time.time() - started
+        outputs = [output for output, _ in results]
+        if self.server_wide_counters:
+            counters = self.counters(engine) - before
+        else:
+            counters = sum((c for _, c in results), Counters())
+        return Run(outputs, counters, seconds)

@@ -1,0 +1,61 @@
+"""The engine-neutral scenario list of the conformance suite.
+
+Each scenario targets a class of bugs that hit speculative decoding upstream after release
+(see ../shared/research/anchors.md §3.5): every engine driver runs every scenario it can, with
+and without speculation, and the report lists the ones it cannot run and why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# A divergence where the target's own top1-top2 log-prob gap is below this is a near-tie:
+# accepted (and listed) where numerics are not controlled, a failure where they are.
+NEAR_TIE_EPSILON = 0.01
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    axis: str                      # the bug class it targets
+    prompts: str                   # prompt set, see prompts.py
+    max_tokens: int = 48
+    mode: str = "sequential"       # sequential | batch | concurrent
+    stop: tuple[str, ...] = ()
+    temperature: float = 0.0
+    config: str = "default"        # engine configuration: default | tiny_kv | vision
+    family: str = "qwen3"          # fixture family; "vision" = the engine's vision target
+    exact: bool = False            # numerics controlled: any divergence fails
+    al_floor: float = 1.5          # speculation must accept at least this much
+
+    @property
+    def compares_outputs(self) -> bool:
+        return self.temperature == 0.0
+
+
+SCENARIOS = (
+    Scenario("one_request", "one request at a time, fp32: exact equality", "in_domain",
+             max_tokens=96, exact=True, al_floor=3.0),
+    Scenario("batch_mixed_lengths", "a batch of 8 prompts of different lengths", "mixed8",
+             mode="batch"),
+    Scenario("concurrent_requests", "8 concurrent requests to the server", "mixed8",
+             mode="concurrent"),
+    Scenario("prefix_caching", "shared prefixes with prefix caching on, each prompt sent twice",
+             "shared_prefix"),
+    Scenario("chunked_prefill", "a prompt longer than the prefill chunk", "long"),
+    Scenario("eos_in_block", "EOS inside a drafted block (chat answers end with <|im_end|>)",
+             "chat", max_tokens=160),
+    Scenario("stop_string_in_block", "a stop string inside a drafted block", "in_domain",
+             max_tokens=96, stop=("\n\n",)),
+    Scenario("max_tokens_in_block", "max_tokens ending inside a block: no overshoot", "in_domain",
+             max_tokens=13),
+    Scenario("tiny_kv_preemption", "a KV cache so small that concurrent requests are preempted",
+             "mixed8", mode="concurrent", config="tiny_kv"),
+    Scenario("image_input", "image input on the vision target", "image", family="vision",
+             config="vision"),
+    Scenario("hybrid_partial_acceptance",
+             "short-conv hybrid target: conv state rolled back on partial acceptance",
+             "in_domain", max_tokens=96, family="lfm2", exact=True, al_floor=2.0),
+    Scenario("temperature", "temperature 0.8 runs finish with sane statistics", "in_domain",
+             temperature=0.8),
+)

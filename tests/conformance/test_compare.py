@@ -1,0 +1,69 @@
+"""The case verdicts (pure logic; no engine)."""
+
+from __future__ import annotations
+
+from .compare import Counters, Output, Run, first_divergence, judge
+from .scenarios import NEAR_TIE_EPSILON, Scenario
+
+EXACT = Scenario("s", "axis", "in_domain", max_tokens=5, exact=True, al_floor=2.0)
+LOOSE = Scenario("s", "axis", "in_domain", max_tokens=5, al_floor=2.0)
+GOOD = Counters(drafts=2, draft_tokens=14, accepted_tokens=6)      # AL 4
+
+
+def run(*token_lists, top2=None, counters=GOOD):
+    return Run([Output(list(t), top2) for t in token_lists], counters, 1.0)
+
+
+def test_equal_outputs_with_acceptance_pass():
+    r = judge("e", EXACT, "m", "f", run([1, 2, 3]), run([1, 2, 3]), 7)
+    assert (r.status, r.equal, r.acceptance_length) == ("pass", "1/1", 4.0)
+
+
+def test_equal_outputs_without_acceptance_fail():
+    """The acceptance-1.0 bugs: equal output proves nothing if nothing was accepted."""
+    r = judge("e", EXACT, "m", "f", run([1, 2]), run([1, 2], counters=Counters(3, 21, 0)), 7)
+    assert r.status == "fail" and "accepted nothing" in r.reason
+
+
+def test_acceptance_below_floor_fails():
+    r = judge("e", EXACT, "m", "f", run([1]), run([1], counters=Counters(10, 70, 5)), 7)
+    assert r.status == "fail" and "< floor 2.0" in r.reason
+
+
+def test_impossible_acceptance_length_fails():
+    r = judge("e", EXACT, "m", "f", run([1]), run([1], counters=Counters(1, 7, 9)), 7)
+    assert r.status == "fail" and "outside 1..8" in r.reason
+
+
+def test_overshooting_max_tokens_fails():
+    r = judge("e", LOOSE, "m", "f", run([1] * 5), run([1] * 6), 7)
+    assert r.status == "fail" and "> max_tokens 5" in r.reason
+
+
+def test_divergence_fails_where_numerics_are_controlled():
+    top2 = [[-0.1, -0.1 - NEAR_TIE_EPSILON / 2]] * 3
+    r = judge("e", EXACT, "m", "f", run([1, 2, 3], top2=top2), run([1, 9, 3]), 7)
+    assert r.status == "fail" and "diverges at token 1" in r.reason
+
+
+def test_near_tie_divergence_is_accepted_and_listed_elsewhere():
+    top2 = [[-0.1, -0.1 - NEAR_TIE_EPSILON / 2]] * 3
+    r = judge("e", LOOSE, "m", "f", run([1, 2, 3], top2=top2), run([1, 9, 3]), 7)
+    assert r.status == "near-tie" and r.divergences[0].position == 1
+
+
+def test_clear_divergence_fails_everywhere():
+    top2 = [[-0.1, -5.0]] * 3
+    r = judge("e", LOOSE, "m", "f", run([1, 2, 3], top2=top2), run([1, 9, 3]), 7)
+    assert r.status == "fail"
+
+
+def test_length_difference_is_a_divergence():
+    assert first_divergence(Output([1, 2]), Output([1, 2, 3])) == 2
+    assert first_divergence(Output([1, 2]), Output([1, 2])) is None
+
+
+def test_sampled_runs_are_not_compared_but_must_finish():
+    hot = Scenario("t", "axis", "in_domain", max_tokens=5, temperature=0.8)
+    assert judge("e", hot, "m", "f", run([1, 2]), run([7, 8]), 7).status == "pass"
+    assert judge("e", hot, "m", "f", run([1, 2]), run([]), 7).status == "fail"

@@ -1,0 +1,18 @@
+"""Conformance of llama-server: every scenario with draft-dflash (the control, plain DFlash
+GGUF), draft-dflash with a LiLiCorr GGUF, and DSpark with --spark-block-size."""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import campaign_for, check
+from .drivers.llamacpp import LlamaCppDriver
+from .scenarios import SCENARIOS
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("method", LlamaCppDriver.methods, ids=lambda m: m.name)
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
+def test_llamacpp(scenario, method):
+    check(campaign_for(LlamaCppDriver).case(scenario, method))

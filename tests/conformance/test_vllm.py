@@ -1,0 +1,18 @@
+"""Conformance of `vllm serve`: every scenario with upstream's DFlash (the control) and our
+"method":"lilicorr" on the same backbone."""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import campaign_for, check
+from .drivers.vllm import VllmDriver
+from .scenarios import SCENARIOS
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("method", VllmDriver.methods, ids=lambda m: m.name)
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
+def test_vllm(scenario, method):
+    check(campaign_for(VllmDriver).case(scenario, method))
