@@ -1,0 +1,1 @@
+"""vLLM plugin adding speculative decoding with LiLiCorr drafters (``"method": "lilicorr"``)."""
