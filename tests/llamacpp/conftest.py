@@ -1,83 +1,61 @@
-"""Fixtures for the llama.cpp tests: the patched build, the GGUF fixtures, shared servers.
-
-The models are the project's trained fixtures (build/fixtures/<target>/<role>, converted to
-build/fixtures/gguf/<target>-<role>.gguf by llamacpp_patches/convert_fixtures.py, which this
-session runs first; it is cached). On in-domain prompts (held-out corpus windows) they must
-reach an acceptance length of 3. Setting LLAMACPP_FIXTURES=<dir> runs the same tests on
-untrained stand-ins of the same layout: every comparison still demands drafts, but the
-acceptance floors are skipped (reported as skipped).
-"""
+"""Shared pieces of the llama.cpp tests: the fixtures as GGUF (ci/setup/gguf.sh converts them),
+and llama-server processes started the way the conformance driver starts them."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from llama_server import ROOT
+from tests.conformance.drivers.base import BASELINE, FIXTURES, EngineProcess, free_port, http_json
+from tests.conformance.drivers.llamacpp import COMMON_ARGS, LLAMA_SERVER, PORTS, gguf as gguf_path
 
-FIXTURES = Path(os.environ.get("LLAMACPP_FIXTURES", ROOT / "build/fixtures"))
-IN_DOMAIN_FLOOR = 3.0
 
-CORPUS = ROOT / "fixtures/corpus/stdlib.jsonl.xz"  # the fixtures' training corpus, committed
-N_PROMPTS = 8
+def llama_server(name: str, *args: str | Path, env: dict[str, str] | None = None) -> EngineProcess:
+    """llama-server with the conformance driver's common arguments (f32 KV caches, no flash
+    attention, 4 slots, --metrics) and ARGS; use it as a context manager."""
+    port = free_port(PORTS)
+    argv = [str(LLAMA_SERVER), *map(str, args), "--host", "127.0.0.1", "--port", str(port), *COMMON_ARGS]
+    return EngineProcess(f"llamacpp-test-{name}", argv, port, "/health", BASELINE, env=env,
+                         startup_timeout=120)
+
+
+def refused(name: str, *args: str | Path) -> tuple[int, str]:
+    """(exit code, log) of a llama-server that must stop before serving."""
+    server = llama_server(name, *args)
+    with pytest.raises(RuntimeError, match="before serving"):
+        with server:
+            pass
+    return server.process.returncode, server.log_path.read_text(errors="replace")
+
+
+def complete(server: EngineProcess, prompt, n_predict: int, **extra) -> dict:
+    """A greedy /completion with the generated token ids."""
+    return http_json(server.url + "/completion", {"prompt": prompt, "n_predict": n_predict, "temperature": 0,
+                                                  "top_k": 1, "return_tokens": True, **extra})
 
 
 @pytest.fixture(scope="session")
-def gguf_dir() -> Path:
-    """The fixtures as GGUF, converted with the patched tree's converter (cached by digest)."""
-    run = subprocess.run([sys.executable, str(ROOT / "llamacpp_patches/convert_fixtures.py"),
-                          "--fixtures", str(FIXTURES)], capture_output=True, text=True)
-    if run.returncode != 0:
-        pytest.fail(f"converting {FIXTURES} failed (build them with ci/setup.sh, or set "
-                    f"LLAMACPP_FIXTURES):\n{run.stdout}\n{run.stderr[-3000:]}", pytrace=False)
-    return FIXTURES / "gguf"
+def gguf():
+    """gguf("qwen3", "lilicorr") -> build/fixtures/gguf/qwen3-lilicorr.gguf."""
+    if not LLAMA_SERVER.is_file():
+        pytest.fail(f"{LLAMA_SERVER} is missing: run ci/setup.sh", pytrace=False)
 
-
-@pytest.fixture(scope="session")
-def gguf(gguf_dir):
-    """gguf("qwen3", "lilicorr") -> the converted file of build/fixtures/qwen3/lilicorr."""
-    def path(target: str, role: str) -> Path:
-        file = gguf_dir / f"{target}-{role}.gguf"
+    def path(family: str, role: str) -> Path:
+        file = gguf_path(family, role)
         if not file.is_file():
-            pytest.fail(f"missing {file}: no checkpoint at {FIXTURES / target / role}", pytrace=False)
+            pytest.fail(f"missing {file}: run ci/setup.sh (ci/setup/gguf.sh converts the fixtures)",
+                        pytrace=False)
         return file
     return path
 
 
 @pytest.fixture(scope="session")
 def hf_fixture():
-    def path(target: str, role: str) -> Path:
-        folder = FIXTURES / target / role
+    """hf_fixture("qwen3", "lilicorr") -> build/fixtures/qwen3/lilicorr (Hugging Face format)."""
+    def path(family: str, role: str) -> Path:
+        folder = FIXTURES / family / role
         if not (folder / "config.json").is_file():
-            pytest.fail(f"missing fixture {folder}: build the fixtures or set LLAMACPP_FIXTURES",
-                        pytrace=False)
+            pytest.fail(f"missing fixture {folder}: run ci/setup.sh", pytrace=False)
         return folder
     return path
-
-
-@pytest.fixture(scope="session")
-def trained_floor() -> float | None:
-    """The in-domain acceptance-length floor of the trained fixtures, None for stand-ins."""
-    return None if "LLAMACPP_FIXTURES" in os.environ else IN_DOMAIN_FLOOR
-
-
-@pytest.fixture(scope="session")
-def prompts(hf_fixture) -> list[list[int]]:
-    """In-domain prompts: windows (16-96 tokens) of the corpus files held out of training, drawn
-    the way the fixture builder draws its evaluation prompts, as token ids."""
-    import random
-
-    from tokenizers import Tokenizer
-
-    from blockdraft.fixtures.corpus import read_corpus
-    from blockdraft.fixtures.targets import sample_prompts
-    from blockdraft.fixtures.text import TextSampler
-
-    tokenizer = Tokenizer.from_file(str(hf_fixture("qwen3", "target") / "tokenizer.json"))
-    held_out = [doc for doc in read_corpus(CORPUS) if doc.held_out]
-    sampler = TextSampler(tokenizer, held_out, chat_fraction=0.2, rng=random.Random(2026))
-    return sample_prompts(sampler, N_PROMPTS, (16, 96), random.Random(2026))

@@ -1,9 +1,10 @@
 """llama.cpp's LiLiCorr head and walk match the project's reference on the same weights.
 
-The server drafts one block after a prompt with its debug log on, which prints every drafted
-position's candidate ids, transition scores and the token the walk chose. The reference (blockdraft: the target in
-transformers, the drafter's DFlash pass, LiLiCorrHead, greedy_walk) computes the same lattice
-from the Hugging Face checkpoints the GGUFs were converted from.
+The server is given the LiLiCorr GGUF with -md alone, so it must also detect a draft-dflash
+drafter with the LiLiCorr head and say so. With its debug log on it prints every drafted
+position's candidate ids, transition scores and the token the walk chose. The reference
+(blockdraft: the target in transformers, the drafter's DFlash pass, LiLiCorrHead, greedy_walk)
+computes the same lattice from the Hugging Face checkpoints the GGUFs were converted from.
 
 Tolerance: candidate ids and the drafted tokens must be identical; scores (logit_scale x cosine)
 may differ by at most 1e-4 absolute. With f32 KV caches and no flash attention both sides
@@ -17,7 +18,9 @@ import re
 import pytest
 import torch
 
-from llama_server import start_server
+from tests.conformance.prompts import prompt_set
+
+from .conftest import complete, llama_server
 
 pytestmark = pytest.mark.slow
 
@@ -70,41 +73,45 @@ def logged_drafts(log: str, num_draft: int) -> list[list[re.Match]]:
     return [d for d in drafts if len(d) == num_draft]
 
 
-def test_head_matches_reference(request, gguf, reference, prompts):
+def test_head_matches_reference(gguf, reference):
     """The first DRAFTS drafts of two prompts: the first one follows the prompt; each later one
     follows what the target accepted, so it also checks which target features become the anchor
     after a verification and that rejected rows left the draft's cache."""
     _, _, spec = reference
     k = spec.lilicorr.candidate_topk
     num_draft = spec.backbone.block_size - 1
-    server = start_server(request, "lilicorr-lattice", "-m", gguf("qwen3", "target"),
-                          "-md", gguf("qwen3", "lilicorr"), "-np", "1", "-v")
     checked, accepted_counts = 0, []
-    for prompt in prompts[:2]:
-        seen = len(logged_drafts(server.log_text(), num_draft))
-        generated = server.complete(prompt, n_predict=DRAFTS * (num_draft + 1) + 2).tokens
-        drafts = logged_drafts(server.log_text(), num_draft)[seen:seen + DRAFTS]
-        assert len(drafts) == DRAFTS, "fewer full drafts than expected in the log"
+    with llama_server("lilicorr-lattice", "-m", gguf("qwen3", "target"), "-md", gguf("qwen3", "lilicorr"),
+                      "-v") as server:
+        log = server.log_path.read_text
+        assert "adding speculative implementation 'draft-dflash'" in log()
+        assert f"LiLiCorr head: greedy walk over the top-{k} candidates" in log()
+        for request in prompt_set("in_domain")[:2]:
+            prompt = list(request.prompt_ids)
+            seen = len(logged_drafts(log(), num_draft))
+            generated = complete(server, prompt, DRAFTS * (num_draft + 1) + 2)["tokens"]
+            drafts = logged_drafts(log(), num_draft)[seen:seen + DRAFTS]
+            assert len(drafts) == DRAFTS, "fewer full drafts than expected in the log"
 
-        n_done = 0  # generated tokens before the draft; the next one is the draft's anchor token
-        for draft in drafts:
-            rows = torch.tensor([[float(x) for x in m.group(2).split()] for m in draft])
-            ids, scores = rows[:, :k].long(), rows[:, k:].reshape(num_draft, k, k)
-            drafted = [int(m.group(4)) for m in draft]
+            n_done = 0  # generated tokens before the draft; the next one is the draft's anchor token
+            for draft in drafts:
+                rows = torch.tensor([[float(x) for x in m.group(2).split()] for m in draft])
+                ids, scores = rows[:, :k].long(), rows[:, k:].reshape(num_draft, k, k)
+                drafted = [int(m.group(4)) for m in draft]
 
-            ref_ids, ref_scores, ref_drafted = reference_lattice(
-                reference, prompt + generated[:n_done], generated[n_done], num_draft)
-            assert torch.equal(ids, ref_ids), f"candidates differ:\n{ids}\n{ref_ids}"
-            diff = (scores - ref_scores).abs().max().item()
-            assert diff <= SCORE_ATOL, f"scores differ by {diff:.2e} (range {ref_scores.abs().max():.2f})"
-            assert drafted == ref_drafted.tolist()
-            checked += 1
+                ref_ids, ref_scores, ref_drafted = reference_lattice(
+                    reference, prompt + generated[:n_done], generated[n_done], num_draft)
+                assert torch.equal(ids, ref_ids), f"candidates differ:\n{ids}\n{ref_ids}"
+                diff = (scores - ref_scores).abs().max().item()
+                assert diff <= SCORE_ATOL, f"scores differ by {diff:.2e} (range {ref_scores.abs().max():.2f})"
+                assert drafted == ref_drafted.tolist()
+                checked += 1
 
-            # the target accepts the drafted prefix it agrees with, then adds its own token
-            accepted = 0
-            while accepted < num_draft and drafted[accepted] == generated[n_done + 1 + accepted]:
-                accepted += 1
-            n_done += accepted + 1
-            accepted_counts.append(accepted)
+                # the target accepts the drafted prefix it agrees with, then adds its own token
+                accepted = 0
+                while accepted < num_draft and drafted[accepted] == generated[n_done + 1 + accepted]:
+                    accepted += 1
+                n_done += accepted + 1
+                accepted_counts.append(accepted)
     assert checked == DRAFTS * 2
     print(f"drafted tokens accepted per checked draft: {accepted_counts}")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from llama_server import ROOT
+from tests.conformance.drivers.base import REPO as ROOT
 
 PATCHES = ROOT / "llamacpp_patches"
 TREE = ROOT / "build/llama.cpp"

@@ -9,14 +9,15 @@ without a length the drafter drafts the block it was trained for.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from llama_server import BIN, LlamaServer, start_server
+from tests.conformance.drivers.llamacpp import LLAMA_SERVER
+
+from .conftest import complete, llama_server, refused
 
 
 def trained_block(hf_dir: Path) -> int:
@@ -31,8 +32,8 @@ def drafted_length(log: str) -> int:
 def test_llama_arg_parser_unit_tests(tmp_path):
     """tests/test-arg-parser.cpp, with the series' --spark-block-size cases. Its last section
     fetches http://ggml.ai/, which this machine cannot reach; everything before it must pass."""
-    run = subprocess.run([str(BIN / "test-arg-parser")], capture_output=True, text=True, cwd=tmp_path,
-                         timeout=300)
+    run = subprocess.run([str(LLAMA_SERVER.parent / "test-arg-parser")], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=300)
     output = run.stdout + run.stderr
     assert "test the drafted length of DFlash / DSpark drafts" in output
     # the sections run in order and a failed assert aborts: reaching the download section means
@@ -42,32 +43,31 @@ def test_llama_arg_parser_unit_tests(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("role", ["dflash", "lilicorr", "dspark"])
-def test_default_is_the_trained_block(request, role, gguf, hf_fixture):
-    server = start_server(request, f"default-length-{role}", "-m", gguf("qwen3", "target"),
-                          "-md", gguf("qwen3", role))
+def test_default_is_the_trained_block(role, gguf, hf_fixture):
+    with llama_server(f"default-length-{role}", "-m", gguf("qwen3", "target"), "-md", gguf("qwen3", role)) as server:
+        log = server.log_path.read_text()
     block = trained_block(hf_fixture("qwen3", role))
     # DSpark samples from the anchor: its whole block is drafted; the others draft after it
-    assert drafted_length(server.log_text()) == (block if role == "dspark" else block - 1)
+    assert drafted_length(log) == (block if role == "dspark" else block - 1)
 
 
 @pytest.mark.slow
-def test_spec_draft_n_max_still_wins(request, gguf):
-    server = start_server(request, "n-max-3", "-m", gguf("qwen3", "target"),
-                          "-md", gguf("qwen3", "dflash"), "--spec-draft-n-max", "3")
-    assert drafted_length(server.log_text()) == 3
+def test_spec_draft_n_max_still_wins(gguf):
+    with llama_server("n-max-3", "-m", gguf("qwen3", "target"), "-md", gguf("qwen3", "dflash"),
+                      "--spec-draft-n-max", "3") as server:
+        assert drafted_length(server.log_path.read_text()) == 3
 
 
 @pytest.mark.slow
-def test_flag_and_environment_variable(request, gguf):
-    server = start_server(request, "spark-5", "-m", gguf("qwen3", "target"),
-                          "-md", gguf("qwen3", "dspark"), "--spark-block-size", "5")
-    assert drafted_length(server.log_text()) == 5
-    assert server.complete("def main():\n", n_predict=24).draft_n > 0
-    server.stop()
-    env = {**os.environ, "LLAMA_ARG_SPARK_BLOCK_SIZE": "4"}
-    server = start_server(request, "spark-env-4", "-m", gguf("qwen3", "target"),
-                          "-md", gguf("qwen3", "dspark"), env=env)
-    assert drafted_length(server.log_text()) == 4
+def test_flag_and_environment_variable(gguf):
+    with llama_server("spark-5", "-m", gguf("qwen3", "target"), "-md", gguf("qwen3", "dspark"),
+                      "--spark-block-size", "5") as server:
+        assert drafted_length(server.log_path.read_text()) == 5
+        body = complete(server, "def main():\n", 24)
+        assert body["timings"].get("draft_n", 0) > 0
+    with llama_server("spark-env-4", "-m", gguf("qwen3", "target"), "-md", gguf("qwen3", "dspark"),
+                      env={"LLAMA_ARG_SPARK_BLOCK_SIZE": "4"}) as server:
+        assert drafted_length(server.log_path.read_text()) == 4
 
 
 @pytest.mark.slow
@@ -75,10 +75,9 @@ def test_flag_and_environment_variable(request, gguf):
 def test_above_the_trained_block_is_an_error(role, gguf, hf_fixture):
     block = trained_block(hf_fixture("qwen3", role))
     limit = block if role == "dspark" else block - 1
-    server = LlamaServer(f"too-long-{role}", "-m", gguf("qwen3", "target"), "-md", gguf("qwen3", role),
-                         "--spark-block-size", str(limit + 1))
-    assert server.wait_exit() != 0
-    log = server.log_text()
+    code, log = refused(f"too-long-{role}", "-m", gguf("qwen3", "target"), "-md", gguf("qwen3", role),
+                        "--spark-block-size", str(limit + 1))
+    assert code == 1
     assert (f"--spark-block-size {limit + 1} exceeds the block the draft model was trained for" in log
             and f"use --spark-block-size {limit} or less" in log), log[-2000:]
     assert "loading model" not in log  # refused before any model is loaded
@@ -88,7 +87,6 @@ def test_above_the_trained_block_is_an_error(role, gguf, hf_fixture):
 @pytest.mark.parametrize("draft", [None, ("qwen3", "target")])
 def test_needs_a_block_drafter(draft, gguf):
     args = ["-md", gguf(*draft), "--spec-type", "draft-simple"] if draft else []
-    server = LlamaServer("spark-no-block-drafter", "-m", gguf("qwen3", "target"), *args,
-                         "--spark-block-size", "4")
-    assert server.wait_exit() != 0
-    assert "--spark-block-size needs a DFlash or DSpark draft model" in server.log_text()
+    code, log = refused("spark-no-block-drafter", "-m", gguf("qwen3", "target"), *args, "--spark-block-size", "4")
+    assert code == 1
+    assert "--spark-block-size needs a DFlash or DSpark draft model" in log
