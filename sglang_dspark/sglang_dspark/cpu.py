@@ -71,6 +71,18 @@ def chain_verify_tree_topk() -> None:
         DFlashVerifyInput.tree_topk = 1
 
 
+def chain_sampling_on_cpu() -> None:
+    """Sampled DSPARK verifies call ``chain_speculative_sampling_triton`` from
+    ``dspark_accept._accept_sampling_core`` with CPU tensors; rebind that one name, in that one
+    module, to the plain-torch version (:mod:`sglang_dspark.reject_sampling`, which still hands
+    non-CPU tensors to the kernel). No other module's binding changes."""
+    from sglang.kernels.ops.speculative.dspark import dspark_accept
+
+    from .reject_sampling import chain_speculative_sampling_any_device
+
+    dspark_accept.chain_speculative_sampling_triton = chain_speculative_sampling_any_device
+
+
 def allow_cpu_draft_backend() -> None:
     """Let the draft worker accept the CPU attention backend (it falls back to flashinfer
     for any backend outside DRAFT_ATTENTION_BACKEND_CHOICES)."""

@@ -22,6 +22,13 @@ from .cpu import CPU_ATTENTION_BACKEND
 logger = logging.getLogger(__name__)
 
 SOURCE = "sglang_dspark"
+# How a user selects each drafter kind's method in SGLang (LiLiCorr drafters are DFLASH drafts).
+ALGORITHM_OF_METHOD = {"dflash": "DFLASH", "lilicorr": "DFLASH", "dspark": "DSPARK",
+                       "eagle": "EAGLE", "eagle3": "EAGLE3", "mtp": "NEXTN"}
+
+
+def algorithm_flag(method: str) -> str:
+    return f"--speculative-algorithm {ALGORITHM_OF_METHOD.get(method, method.upper())}"
 
 
 def handle_dspark(original, server_args) -> None:
@@ -69,7 +76,7 @@ def _drafter_spec(server_args) -> DrafterSpec | None:
         logger.info("sglang_dspark: %s is not a local checkpoint; drafter checks skipped", draft_path)
         return None
     local_target = target_path if (target_path / "config.json").is_file() else None
-    return validate_drafter(draft_path, "dspark", local_target)
+    return validate_drafter(draft_path, "dspark", local_target, selector=algorithm_flag)
 
 
 def _check_block_size(server_args, spec: DrafterSpec) -> None:

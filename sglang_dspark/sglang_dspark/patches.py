@@ -63,6 +63,11 @@ OTHER_CPU_CHANGES = (
     (cpu.chain_verify_tree_topk,
      "intel_amx reads spec_info.tree_topk, which DFlashVerifyInput lacks; a DSpark verify "
      "window is a chain (tree_topk = 1)"),
+    (cpu.chain_sampling_on_cpu,
+     "sampled (temperature > 0) DSPARK verifies run the Triton rejection sampler "
+     "chain_speculative_sampling_triton on CPU tensors too; rebind that name in "
+     "sglang.kernels.ops.speculative.dspark.dspark_accept only (not a HookRegistry REPLACE, "
+     "which would rebind every importer) to the plain-torch version in reject_sampling.py"),
 )
 
 

@@ -8,48 +8,15 @@ the same thing; SGLang's verify window (``speculative_num_draft_tokens``) is gam
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from sglang_servers import CPU_ENV, ROOT, fixture_dir
-
-RESOLVE = r"""
-import json, sys
-from sglang.srt.plugins import load_plugins
-load_plugins()
-from sglang.srt.arg_groups.overrides import resolved_view
-from sglang.srt.server_args import prepare_server_args
-target, draft, flags = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-out = []
-for extra in flags:
-    args = prepare_server_args(["--model-path", target, "--device", "cpu",
-                                "--speculative-algorithm", "DSPARK",
-                                "--speculative-draft-model-path", draft, *extra])
-    try:
-        args.resolve_once()
-    except ValueError as exc:
-        out.append({"error": str(exc)})
-        continue
-    view = resolved_view(args)
-    out.append({"num_draft_tokens": view.speculative_num_draft_tokens,
-                "draft_backend": view.speculative_draft_attention_backend,
-                "device": view.device})
-print("RESULT " + json.dumps(out))
-"""
+from sglang_servers import fixture_dir, resolve
 
 
-def _resolve(flags: list[list[str]]) -> tuple[list[dict], str]:
-    draft = fixture_dir("qwen3", "dspark")
-    result = subprocess.run(
-        [sys.executable, "-c", RESOLVE, str(fixture_dir("qwen3", "target")), str(draft),
-         json.dumps(flags)], capture_output=True, text=True, timeout=600, cwd=ROOT,
-        env={**os.environ, **CPU_ENV})
-    lines = [ln for ln in result.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert lines, result.stderr[-3000:]
-    return json.loads(lines[0][len("RESULT "):]), result.stderr
+def _case(*flags: str) -> list[str]:
+    return ["--model-path", str(fixture_dir("qwen3", "target")),
+            "--speculative-draft-model-path", str(fixture_dir("qwen3", "dspark")), *flags]
 
 
 @pytest.fixture(scope="module")
@@ -59,22 +26,24 @@ def trained() -> int:
 
 
 def test_block_size_flag_counts_drafted_tokens(trained):
-    (absent, lower, equal, above, zero), log = _resolve(
-        [[], ["--speculative-dspark-block-size", str(trained - 1)],
-         ["--speculative-dspark-block-size", str(trained)],
-         ["--speculative-dspark-block-size", str(trained + 1)],
-         ["--speculative-dspark-block-size", "0"]])
+    (absent, lower, equal, above, zero), _ = resolve(
+        [_case(), _case("--speculative-dspark-block-size", str(trained - 1)),
+         _case("--speculative-dspark-block-size", str(trained)),
+         _case("--speculative-dspark-block-size", str(trained + 1)),
+         _case("--speculative-dspark-block-size", "0")])
     assert absent["num_draft_tokens"] == trained + 1  # the drafter's own block
     assert lower["num_draft_tokens"] == trained  # the flag may lower it
     assert equal["num_draft_tokens"] == trained + 1
+    assert above["error_type"] == "DrafterSpecError"
+    assert above["error"].startswith(f"--speculative-dspark-block-size {trained + 1}: ")
     assert f"ask for at most {trained}" in above["error"]
     assert "positive" in zero["error"]  # SGLang's own check
-    assert all(r.get("device", "cpu") == "cpu" for r in (absent, lower, equal))
+    assert all(r["device"] == "cpu" for r in (absent, lower, equal))
 
 
 def test_cuda_draft_backend_maps_to_cpu_with_one_log_line():
-    (mapped, default), log = _resolve(
-        [["--speculative-draft-attention-backend", "flashinfer"], []])
+    (mapped, default), log = resolve(
+        [_case("--speculative-draft-attention-backend", "flashinfer"), _case()])
     assert mapped["draft_backend"] == "intel_amx"
     assert default["draft_backend"] is None  # unset: the draft uses the target's CPU backend
     notices = [ln for ln in log.splitlines() if "does not run on CPU" in ln]
