@@ -1,29 +1,25 @@
-"""Fixtures for the vLLM tests: the checkpoints, and where reports go.
+"""Fixtures for the vLLM plugin tests: the project's trained Qwen3 fixtures
+(build/fixtures/qwen3/{target,dflash,lilicorr}) and the conformance suite's in-domain prompts.
 
-The checkpoints are the project's trained Qwen3 fixtures (build/fixtures/qwen3/{target,dflash,
-lilicorr}); in-domain prompts must reach an acceptance length of 3 on them. Setting
-VLLM_LILICORR_FIXTURES runs the same tests on untrained stand-ins of the same layout: every
-comparison still demands drafts, but the acceptance floors are skipped (reported as skipped).
+Servers are started the conformance driver's way (tests/conformance/drivers/vllm.py), so these
+tests and the suite run vLLM identically; run them from the repository root
+(`.venvs/vllm/bin/python -m pytest tests/vllm`).
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-from vllm_server import REPORTS, ROOT
-
-FIXTURES = Path(os.environ.get("VLLM_LILICORR_FIXTURES", ROOT / "build/fixtures/qwen3"))
-IN_DOMAIN_FLOOR = 3.0
+from tests.conformance.drivers.base import FIXTURES
 
 
 def fixture_path(role: str) -> Path:
-    path = FIXTURES / role
+    path = FIXTURES / "qwen3" / role
     if not (path / "config.json").is_file():
-        pytest.fail(f"missing fixture {path}: build the fixtures (ci/setup.sh) or set "
-                    "VLLM_LILICORR_FIXTURES", pytrace=False)
+        pytest.fail(f"missing fixture {path}: materialise the fixtures (ci/setup.sh fixtures)",
+                    pytrace=False)
     return path
 
 
@@ -43,12 +39,8 @@ def lilicorr() -> Path:
 
 
 @pytest.fixture(scope="session")
-def trained_floor() -> float | None:
-    """The in-domain acceptance-length floor of the trained fixtures, None for stand-ins."""
-    return None if "VLLM_LILICORR_FIXTURES" in os.environ else IN_DOMAIN_FLOOR
+def in_domain_prompts() -> list[list[int]]:
+    """Held-out in-domain prompts as token ids (the suite's "in_domain" set)."""
+    from tests.conformance.prompts import prompt_set
 
-
-@pytest.fixture(scope="session")
-def reports() -> Path:
-    REPORTS.mkdir(parents=True, exist_ok=True)
-    return REPORTS
+    return [list(request.prompt_ids) for request in prompt_set("in_domain")]

@@ -12,9 +12,10 @@ import textwrap
 import pytest
 
 from lilicorr_checkpoints import drafter_config, write_checkpoint
-from vllm_server import VLLM
+from tests.conformance.drivers import vllm as driver
+from tests.conformance.drivers.base import free_port
 
-ENV = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
+ENV = {**os.environ, **driver.ENV}
 
 
 @pytest.fixture(scope="module")
@@ -106,8 +107,8 @@ def test_llm_refuses_before_loading(target, drafters):
 @pytest.mark.slow
 def test_vllm_serve_exits_with_one_line_before_loading(target, drafters):
     spec = json.dumps({"method": "lilicorr", "model": drafters["topk3"]})
-    result = subprocess.run([VLLM, "serve", str(target), "--dtype", "float32",
-                             "--speculative-config", spec, "--port", "8199"],
+    result = subprocess.run([str(driver.VLLM), "serve", str(target), "--dtype", "float32",
+                             "--speculative-config", spec, "--port", str(free_port(driver.HTTP_PORTS))],
                             capture_output=True, text=True, timeout=600, env=ENV)
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]

@@ -31,9 +31,9 @@ def vllm_head():
         initialize_model_parallel(1)
         head = LiLiCorrHead(model_hidden_size=MODEL_HIDDEN, block_size=BLOCK, rms_norm_eps=EPS,
                             config=config, prefix="model.lilicorr")
+        torch.manual_seed(0)
         reference = ReferenceHead(SPEC, model_hidden_size=MODEL_HIDDEN, block_size=BLOCK,
                                   rms_norm_eps=EPS)
-        torch.manual_seed(0)
         with torch.no_grad():  # linears keep torch's init; zeros and ones get perturbed
             for value in reference.parameters():
                 value.add_(torch.randn_like(value) * 0.1)
@@ -66,4 +66,4 @@ def test_reference_head_equals_vllm_head(vllm_head, batch, slots):
     difference = (actual - expected).abs().max().item()
     print(f"max |reference - vLLM| = {difference:.2e}")
     assert difference <= 1e-5
-    assert expected.abs().max().item() > 1.0  # scores are not all near zero
+    assert expected.std().item() > 0.05  # scores differ: the comparison is not between zeros
