@@ -30,13 +30,18 @@ class Campaign:
             config, family = self._engine_key(scenario)
             group = [s for s in self.scenarios if self._engine_key(s) == (config, family)
                      and self.driver.unavailable(s, method) is None]
+            # failures are recorded per case: a broken engine fails its cases, a run that did not
+            # exercise its axis fails its own case only
             try:
                 with self.driver.start(config, family, method) as engine:
                     for s in group:
                         want_top2 = method is BASELINE and s.compares_outputs
-                        self.runs[(s.name, method.name)] = self.driver.run(
-                            engine, s, prompt_set(s.prompts), want_top2)
-            except Exception as exc:  # recorded per case, so one broken engine fails its cases only
+                        try:
+                            run = self.driver.run(engine, s, prompt_set(s.prompts), want_top2)
+                        except Exception as exc:
+                            run = exc
+                        self.runs[(s.name, method.name)] = run
+            except Exception as exc:
                 for s in group:
                     self.runs.setdefault((s.name, method.name), exc)
         run = self.runs[key]

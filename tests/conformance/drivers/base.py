@@ -35,10 +35,17 @@ class Method:
 BASELINE = Method("baseline", None)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_port(ports: range | None = None) -> int:
+    """A free local port: the first in ``ports`` (an engine's share of a shared machine's
+    ports), or any."""
+    for port in ports or (0,):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise RuntimeError(f"no free port in {ports.start}-{ports.stop - 1}")
 
 
 def http_json(url: str, payload: dict | None = None, timeout: float = 600.0) -> dict:
@@ -51,6 +58,16 @@ def http_json(url: str, payload: dict | None = None, timeout: float = 600.0) -> 
 def http_text(url: str, timeout: float = 30.0) -> str:
     with urllib.request.urlopen(url, timeout=timeout) as response:
         return response.read().decode()
+
+
+def metrics(url: str) -> dict[str, float]:
+    """Every sample of a Prometheus /metrics page, summed over its labels."""
+    values: dict[str, float] = {}
+    for line in http_text(url + "/metrics").splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.split("{", 1)[0].split(" ", 1)[0], line.rsplit(" ", 1)[1]
+            values[name] = values.get(name, 0.0) + float(value)
+    return values
 
 
 class EngineProcess:

@@ -1,18 +1,77 @@
-"""llama-server (the pinned llama.cpp with llamacpp_patches) as a conformance engine."""
+"""llama-server (the pinned llama.cpp with llamacpp_patches) as a conformance engine.
+
+How the axes are exercised here:
+- numerics: f32 KV caches (target and draft) and no flash attention, so the target computes a
+  position the same way whether it decodes one token or verifies a drafted block;
+- slots: 4 slots sharing one unified KV pool (`-np 4 -kvu`, what llama-server sets up when users
+  give no `-np`): when a request starts, idle slots' caches (target and draft) are saved to the
+  host-RAM prompt cache and cleared from the pool;
+- batch: one /completion request carrying every prompt (llama-server's multi-prompt API);
+  concurrent: one request per prompt, all at once;
+- prefix caching: `cache_prompt`; a run fails unless every repeated prefix was read from the
+  cache (`timings.cache_n`);
+- chunked prefill: `-b/-ub 64`, every prompt is decoded (and its features injected into the
+  draft) 64 tokens at a time; a run fails unless each "long" prompt spans several chunks;
+- image input: `--mmproj`; a run fails unless the target evaluated more prompt tokens than the
+  text alone has (the image tokens reached it);
+- EOS and stop strings: a run fails unless some output really ended on EOS / the stop string;
+- counters: llama-server counts verification steps only server-wide (`/metrics`), so they are
+  diffed around a scenario, once they account for every request's own drafted and accepted
+  tokens (`timings.draft_n`, `draft_n_accepted`).
+"""
 
 from __future__ import annotations
 
 import base64
-import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 
-from ..compare import Counters, Output
+from ..compare import Counters, Output, Run
 from ..prompts import Request
 from ..scenarios import Scenario
-from .base import BASELINE, FIXTURES, REPO, Driver, EngineProcess, Method, free_port, http_json, http_text
+from .base import (FIXTURES, REPO, Driver, EngineProcess, Method, free_port,
+                   http_json, metrics)
 
 LLAMA_SERVER = REPO / "build" / "llama.cpp" / "build" / "bin" / "llama-server"
 GGUF = FIXTURES / "gguf"
+PORTS = range(8300, 8400)  # this engine's share of the machine's ports
+CHUNK = 64                 # -b / -ub: prompt tokens per decode
+COMMON_ARGS = ["-t", "2", "-c", "8192", "-np", "4", "-kvu", "-b", str(CHUNK), "-ub", str(CHUNK),
+               "--no-warmup", "--metrics",
+               "-ctk", "f32", "-ctv", "f32", "-ctkd", "f32", "-ctvd", "f32", "-fa", "off"]
+METRICS = {"drafts": "llamacpp:spec_decode_num_drafts_total",  # verification steps
+           "draft_tokens": "llamacpp:spec_decode_num_draft_tokens_total",
+           "accepted_tokens": "llamacpp:spec_decode_num_accepted_tokens_total"}
+
+
+def gguf(family: str, role: str):
+    # the LFM2-VL target's language model is the LFM2 fixture target: its drafters serve both
+    if role != "target" and role != "mmproj" and family == "lfm2_vl":
+        family = "lfm2"
+    return GGUF / f"{family}-{role}.gguf"
+
+
+def speculative_args(method: Method, family: str) -> list[str]:
+    """Each method as its users write it (SPEC.md); the control is upstream's own DFlash."""
+    if method.drafter is None:
+        return []
+    drafter = str(gguf(family, method.drafter))
+    if method.name == "draft-dflash":
+        return ["--spec-type", "draft-dflash", "-md", drafter, "--spec-draft-n-max", str(method.max_draft)]
+    if method.name == "draft-dflash-lilicorr":
+        return ["--spec-type", "draft-dflash", "--spec-draft-model", drafter]
+    if method.name == "draft-dspark":
+        return ["-md", drafter, "--spark-block-size", str(method.max_draft)]
+    raise ValueError(f"unknown llama.cpp method {method.name!r}")
+
+
+def common_prefix(a, b) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 class LlamaCppDriver(Driver):
@@ -27,74 +86,113 @@ class LlamaCppDriver(Driver):
 
     def unavailable(self, scenario: Scenario, method: Method) -> str | None:
         if scenario.config == "tiny_kv":
-            return ("llama-server does not preempt: each slot owns a fixed share of the context, "
-                    "so there is no preemption to exercise")
+            return ("llama-server never preempts a running request: when its KV pool is full it "
+                    "clears idle slots and halves the batch, then fails every running request "
+                    "('Context size has been exceeded', server-context.cpp)")
         family = self.family(scenario)
-        if method.drafter and not (GGUF / f"{self._drafter_family(family)}-{method.drafter}.gguf").exists():
+        if method.drafter and not gguf(family, method.drafter).exists():
             return f"no {method.drafter} GGUF for the {family} fixtures"
         return None
 
-    @staticmethod
-    def _drafter_family(family: str) -> str:
-        # the LFM2-VL target's language model is the LFM2 fixture target: its drafters serve both
-        return "lfm2" if family == "lfm2_vl" else family
-
     def start(self, config: str, family: str, method: Method) -> EngineProcess:
-        port = free_port()
-        argv = [str(LLAMA_SERVER), "-m", str(GGUF / f"{family}-target.gguf"),
-                "--host", "127.0.0.1", "--port", str(port), "-t", "2", "-c", "8192", "-np", "4",
-                "-b", "64", "-ub", "64", "--no-warmup", "--metrics",
-                # f32 KV caches and no flash attention: the target's numerics are then the same
-                # whether it decodes one token or verifies a block (exact greedy comparisons)
-                "-ctk", "f32", "-ctv", "f32", "-ctkd", "f32", "-ctvd", "f32", "-fa", "off"]
+        port = free_port(PORTS)
+        argv = [str(LLAMA_SERVER), "-m", str(gguf(family, "target")),
+                "--host", "127.0.0.1", "--port", str(port), *COMMON_ARGS]
         if config == "vision":
-            argv += ["--mmproj", str(GGUF / f"{family}-mmproj.gguf")]
-        drafter = GGUF / f"{self._drafter_family(family)}-{method.drafter}.gguf"
-        if method.name == "draft-dflash":
-            argv += ["--spec-type", "draft-dflash", "-md", str(drafter), "--spec-draft-n-max", "7"]
-        elif method.name == "draft-dflash-lilicorr":
-            argv += ["--spec-type", "draft-dflash", "--spec-draft-model", str(drafter)]
-        elif method.name == "draft-dspark":
-            argv += ["-md", str(drafter), "--spark-block-size", str(method.max_draft)]
+            argv += ["--mmproj", str(gguf(family, "mmproj"))]
+        argv += speculative_args(method, family)
         return EngineProcess(f"llamacpp-{config}-{family}-{method.name}", argv, port, "/health", method)
 
-    def generate(self, engine: EngineProcess, scenario: Scenario, request: Request,
-                 want_top2: bool) -> tuple[Output, Counters]:
-        if request.image is not None:
-            # the server picks its media marker at start-up and tells it in /props
-            marker = http_json(engine.url + "/props")["media_marker"]
-            prompt = {"prompt_string": f"{marker}{request.prompt_text}",
-                      "multimodal_data": [base64.b64encode(request.image.read_bytes()).decode()]}
-        else:
-            prompt = list(request.prompt_ids)
-        payload = {"prompt": prompt, "n_predict": scenario.max_tokens, "seed": 1234,
-                   "temperature": scenario.temperature, "cache_prompt": True, "return_tokens": True,
-                   "stop": list(scenario.stop)}
+    @staticmethod
+    def _payload(scenario: Scenario, want_top2: bool) -> dict:
+        payload = {"n_predict": scenario.max_tokens, "seed": 1234, "temperature": scenario.temperature,
+                   "cache_prompt": True, "return_tokens": True, "stop": list(scenario.stop)}
         if scenario.temperature == 0.0:
             payload["top_k"] = 1
         if want_top2:
-            payload["n_probs"] = 2
+            payload["n_probs"] = 2  # log-probs of the full distribution, before sampling
+        return payload
+
+    def _complete(self, engine: EngineProcess, scenario: Scenario, request: Request,
+                  want_top2: bool) -> dict:
+        payload = self._payload(scenario, want_top2)
+        if request.image is None:
+            payload["prompt"] = list(request.prompt_ids)
+            return http_json(engine.url + "/completion", payload)
+        # the server picks its media marker at start-up and tells it in /props
+        marker = http_json(engine.url + "/props")["media_marker"]
+        payload["prompt"] = {"prompt_string": f"{marker}{request.prompt_text}",
+                             "multimodal_data": [base64.b64encode(request.image.read_bytes()).decode()]}
         body = http_json(engine.url + "/completion", payload)
+        text = http_json(engine.url + "/tokenize", {"content": request.prompt_text})["tokens"]
+        if body["tokens_evaluated"] <= len(text):
+            raise RuntimeError(f"the image did not reach the target: {body['tokens_evaluated']} prompt "
+                               f"tokens evaluated for {len(text)} of text")
+        return body
+
+    @staticmethod
+    def _output(body: dict, want_top2: bool) -> tuple[Output, Counters]:
         top2 = None
         if want_top2:
-            top2 = [[t["logprob"] for t in p["top_logprobs"]]
-                    for p in body.get("completion_probabilities", [])]
-        return Output(body["tokens"], top2, body.get("stop_type", "")), Counters()
+            top2 = [[t["logprob"] for t in p["top_logprobs"]] for p in body.get("completion_probabilities", [])]
+        timings = body.get("timings", {})
+        # per request the server reports drafted and accepted tokens, not verification steps
+        counters = Counters(0, timings.get("draft_n", 0), timings.get("draft_n_accepted", 0))
+        return Output(body["tokens"], top2, body.get("stop_type", "")), counters
+
+    def generate(self, engine: EngineProcess, scenario: Scenario, request: Request,
+                 want_top2: bool) -> tuple[Output, Counters]:
+        return self._output(self._complete(engine, scenario, request, want_top2), want_top2)
+
+    def run(self, engine: EngineProcess, scenario: Scenario, requests: tuple[Request, ...],
+            want_top2: bool) -> Run:
+        if scenario.prompts == "long" and any(len(r.prompt_ids) <= CHUNK for r in requests):
+            raise RuntimeError(f"a 'long' prompt fits in one {CHUNK}-token chunk: nothing is chunked")
+        before = self.counters(engine)
+        started = time.time()
+        if scenario.mode == "batch":
+            payload = self._payload(scenario, want_top2)
+            payload["prompt"] = [list(r.prompt_ids) for r in requests]
+            bodies = http_json(engine.url + "/completion", payload)  # in prompt order
+        elif scenario.mode == "concurrent":
+            with ThreadPoolExecutor(len(requests)) as pool:
+                bodies = list(pool.map(lambda r: self._complete(engine, scenario, r, want_top2), requests))
+        else:
+            bodies = [self._complete(engine, scenario, r, want_top2) for r in requests]
+        seconds = time.time() - started
+        self._check_axis(scenario, requests, bodies)
+        results = [self._output(b, want_top2) for b in bodies]
+        reported = sum((c for _, c in results), Counters())
+        return Run([o for o, _ in results], self._counters_since(engine, before, reported), seconds)
+
+    @staticmethod
+    def _check_axis(scenario: Scenario, requests: tuple[Request, ...], bodies: list[dict]) -> None:
+        """Fail a run whose scenario did not exercise what it is about."""
+        if scenario.prompts == "shared_prefix":
+            shared = min(common_prefix(requests[0].prompt_ids, r.prompt_ids) for r in requests)
+            reused = [b["timings"]["cache_n"] for b in bodies]
+            if shared < CHUNK or min(reused[1:]) < shared:
+                raise RuntimeError(f"the {shared}-token shared prefix was not read from the cache: "
+                                   f"cached prompt tokens per request {reused}")
+        finishes = {b.get("stop_type") for b in bodies}
+        if scenario.stop and "word" not in finishes:
+            raise RuntimeError(f"no output ended on the stop string (finishes: {sorted(finishes)})")
+        if scenario.prompts == "chat" and scenario.temperature == 0.0 and "eos" not in finishes:
+            raise RuntimeError(f"no answer ended on EOS (finishes: {sorted(finishes)})")
+
+    def _counters_since(self, engine: EngineProcess, before: Counters, reported: Counters) -> Counters:
+        """The server-wide counters' growth, read once it includes every request's own counts
+        (a request is added when its slot is released, just after its response is sent)."""
+        deadline = time.time() + 10
+        while True:
+            grown = self.counters(engine) - before
+            if (grown.draft_tokens, grown.accepted_tokens) == (reported.draft_tokens, reported.accepted_tokens):
+                return grown
+            if time.time() > deadline:
+                raise RuntimeError(f"/metrics counted {grown}, the responses {reported}")
+            time.sleep(0.05)
 
     def counters(self, engine: EngineProcess) -> Counters:
-        """/metrics settles once the last slot has been released."""
-        previous = None
-        while True:
-            text = http_text(engine.url + "/metrics")
-            values = {name: int(float(m.group(1))) for name in
-                      ("drafts", "draft_tokens", "accepted_tokens")
-                      if (m := re.search(rf"^llamacpp:spec_decode_num_{name}_total (\S+)$", text, re.M))}
-            current = Counters(values.get("drafts", 0), values.get("draft_tokens", 0),
-                               values.get("accepted_tokens", 0))
-            if current == previous:
-                return current
-            previous = current
-            time.sleep(0.3)
-
-
-__all__ = ["LlamaCppDriver", "BASELINE"]
+        """Server-wide cumulative speculative counters."""
+        values = metrics(engine.url)
+        return Counters(**{field: int(values.get(name, 0)) for field, name in METRICS.items()})

@@ -1,0 +1,189 @@
+"""Side-by-side benchmark: per engine, on the same fixtures and prompts, in one run, no
+speculation, the engine's DFlash control and our method, at concurrency 1 and 4.
+
+Load and latency come from vLLM's own benchmark client (`vllm bench serve`, OpenAI completions
+API, which all three engines serve); acceptance from each engine's own counters (Prometheus
+/metrics for vLLM and llama.cpp, /server_info for SGLang); peak memory from the server
+processes' VmHWM. Every figure is also given as a ratio to the no-speculation row of the same
+engine and concurrency. Writes reports/bench/bench.{json,md,png}.
+
+    .venvs/core/bin/python ci/bench.py [--engines vllm,sglang,llamacpp] [--prompts 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.conformance.drivers.base import BASELINE, FIXTURES, Driver, EngineProcess, Method  # noqa: E402
+from tests.conformance.drivers.llamacpp import LlamaCppDriver  # noqa: E402
+from tests.conformance.drivers.sglang import SglangDriver  # noqa: E402
+from tests.conformance.drivers.vllm import VllmDriver  # noqa: E402
+from tests.conformance.prompts import prompt_set, tokenizer  # noqa: E402
+
+OUT = REPO / "reports" / "bench"
+VLLM_BENCH = REPO / ".venvs" / "vllm" / "bin" / "vllm"
+DRIVERS = {"vllm": VllmDriver, "sglang": SglangDriver, "llamacpp": LlamaCppDriver}
+OUTPUT_TOKENS = 128
+
+
+@dataclass
+class Measurement:
+    engine: str
+    method: str
+    ours: bool
+    concurrency: int
+    acceptance_length: float
+    max_draft: int
+    decode_tokens_per_second: float    # 1 / mean TPOT (one request) or output throughput
+    mean_ttft_ms: float
+    mean_tpot_ms: float
+    peak_memory_mb: float
+    speedup: float = 1.0               # decode tokens/s over the no-speculation row
+    ttft_ratio: float = 1.0
+    memory_ratio: float = 1.0
+
+
+def peak_memory_mb(engine: EngineProcess) -> float:
+    """Sum of VmHWM over the server's session (it runs in its own; vLLM and SGLang fork)."""
+    total_kb = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[3]) != engine.process.pid:  # field 6 of stat: the session id
+                continue
+            status = (stat.parent / "status").read_text()
+        except (OSError, IndexError, ValueError):
+            continue
+        total_kb += next((int(line.split()[1]) for line in status.splitlines()
+                          if line.startswith("VmHWM:")), 0)
+    return total_kb / 1024
+
+
+def write_prompts(path: Path, count: int) -> None:
+    prompts = [r for name in ("in_domain", "mixed8") for r in prompt_set(name)][:count]
+    path.write_text("".join(json.dumps({"prompt": tokenizer().decode(list(r.prompt_ids)),
+                                        "output_tokens": OUTPUT_TOKENS}) + "\n" for r in prompts))
+
+
+def vllm_bench(engine: EngineProcess, prompts: Path, count: int, concurrency: int) -> dict:
+    result = OUT / f"raw-{engine.name}-c{concurrency}.json"
+    subprocess.run([str(VLLM_BENCH), "bench", "serve", "--backend", "openai",
+                    "--base-url", engine.url, "--endpoint", "/v1/completions", "--model", "target",
+                    "--tokenizer", str(FIXTURES / "qwen3/target"), "--dataset-name", "custom",
+                    "--dataset-path", str(prompts), "--custom-output-len", str(OUTPUT_TOKENS),
+                    "--skip-chat-template", "--disable-shuffle", "--num-prompts", str(count),
+                    "--max-concurrency", str(concurrency), "--temperature", "0", "--ignore-eos",
+                    "--save-result", "--result-dir", str(OUT), "--result-filename", result.name],
+                   check=True, capture_output=True, text=True, cwd=REPO)
+    return json.loads(result.read_text())
+
+
+def acceptance_length(driver: Driver, engine: EngineProcess, before) -> float:
+    if isinstance(driver, SglangDriver):  # SGLang reports the running mean only
+        from tests.conformance.drivers.base import http_json
+        return float(http_json(engine.url + "/server_info")["internal_states"][0]
+                     .get("avg_spec_accept_length") or 0.0)
+    return (driver.counters(engine) - before).acceptance_length
+
+
+def measure(driver: Driver, method: Method, prompts: Path, count: int) -> list[Measurement]:
+    rows = []
+    with driver.start("default", "qwen3", method) as engine:
+        vllm_bench(engine, prompts, 1, 1)  # warm-up
+        for concurrency in (1, 4):
+            before = driver.counters(engine) if driver.server_wide_counters else None
+            r = vllm_bench(engine, prompts, count, concurrency)
+            tps = (1000 / r["mean_tpot_ms"] if concurrency == 1 and r["mean_tpot_ms"]
+                   else r["output_throughput"])
+            rows.append(Measurement(
+                driver.engine, method.name, method.ours, concurrency,
+                round(acceptance_length(driver, engine, before), 3) if method.drafter else 1.0,
+                method.max_draft if method.drafter else 0, round(tps, 1),
+                round(r["mean_ttft_ms"], 1), round(r["mean_tpot_ms"], 2),
+                round(peak_memory_mb(engine), 1)))
+    return rows
+
+
+def add_ratios(rows: list[Measurement]) -> None:
+    for row in rows:
+        base = next(b for b in rows if b.engine == row.engine and b.method == BASELINE.name
+                    and b.concurrency == row.concurrency)
+        row.speedup = round(row.decode_tokens_per_second / base.decode_tokens_per_second, 3)
+        row.ttft_ratio = round(row.mean_ttft_ms / base.mean_ttft_ms, 3) if base.mean_ttft_ms else 0
+        row.memory_ratio = round(row.peak_memory_mb / base.peak_memory_mb, 3)
+
+
+def markdown(rows: list[Measurement], header: str) -> str:
+    lines = [header, "",
+             "| engine | method | conc. | AL (<= drafted+1) | decode tok/s | speedup | "
+             "step cost / target step | TTFT ms (ratio) | peak MB (ratio) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        drafted = f" (<= {r.max_draft + 1})" if r.max_draft else ""
+        # speedup = AL x t_target_step / (t_draft + t_verify): the measured AL and speedup
+        # give the cost of one draft-and-verify step in target decode steps (1.0 = free drafting)
+        cost = f"{r.acceptance_length / r.speedup:.2f}" if r.max_draft and r.speedup else ""
+        lines.append(f"| {r.engine} | {r.method}{' (ours)' if r.ours else ''} | {r.concurrency} | "
+                     f"{r.acceptance_length}{drafted} | {r.decode_tokens_per_second} | "
+                     f"{r.speedup}x | {cost} | {r.mean_ttft_ms} ({r.ttft_ratio}) | "
+                     f"{r.peak_memory_mb:.0f} ({r.memory_ratio}) |")
+    return "\n".join(lines) + "\n"
+
+
+def chart(rows: list[Measurement], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    spec = [r for r in rows if r.max_draft and r.concurrency == 1]
+    labels = [f"{r.engine}\n{r.method}" for r in spec]
+    fig, axes = plt.subplots(1, 2, figsize=(max(6, 1.4 * len(spec)), 3.6))
+    for ax, values, title in ((axes[0], [r.acceptance_length for r in spec], "acceptance length"),
+                              (axes[1], [r.speedup for r in spec], "decode speedup (conc. 1)")):
+        ax.bar(range(len(spec)), values, color=["tab:orange" if r.ours else "tab:blue" for r in spec])
+        ax.set_xticks(range(len(spec)), labels, fontsize=7)
+        ax.set_title(title)
+        ax.axhline(1.0, color="grey", linewidth=0.8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--engines", default="vllm,sglang,llamacpp")
+    parser.add_argument("--prompts", type=int, default=8)
+    args = parser.parse_args()
+    OUT.mkdir(parents=True, exist_ok=True)
+    prompts = OUT / "prompts.jsonl"
+    write_prompts(prompts, args.prompts)
+    rows: list[Measurement] = []
+    for name in args.engines.split(","):
+        driver = DRIVERS[name]()
+        for method in (BASELINE, *driver.methods):
+            print(f"== {name} / {method.name}", flush=True)
+            rows += measure(driver, method, prompts, args.prompts)
+    add_ratios(rows)
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.machine())
+    header = (f"# Benchmark ({time.strftime('%Y-%m-%d')}, {cpu}, {len(os.sched_getaffinity(0))} cores, "
+              f"no GPU; qwen3 fixtures, {args.prompts} prompts x {OUTPUT_TOKENS} tokens, greedy)")
+    (OUT / "bench.json").write_text(json.dumps([asdict(r) for r in rows], indent=2) + "\n")
+    (OUT / "bench.md").write_text(markdown(rows, header))
+    chart(rows, OUT / "bench.png")
+    print(markdown(rows, header))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

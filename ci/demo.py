@@ -1,0 +1,199 @@
+"""The main job: our users' four documented commands, run on the built-in fixtures.
+
+Each command is started as users write it (fixture paths filled in), next to the same server
+without speculation; the same short prompt set goes through the OpenAI-compatible API of both
+(streamed, one request at a time), and one table compares them: outputs identical, acceptance
+length (the engine's own counters), decode tokens/s with and without speculation. Exits non-zero
+when any output differs or a speculative server accepted nothing. A command whose engine or
+fixture is missing shows as "not available" with the reason.
+
+    .venvs/core/bin/python ci/demo.py          (ci/demo.sh sets everything up first)
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shlex
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.conformance.client import Streamed, stream  # noqa: E402
+from tests.conformance.drivers.base import (  # noqa: E402
+    BASELINE, FIXTURES, EngineProcess, free_port, http_json)
+from tests.conformance.drivers.llamacpp import LLAMA_SERVER, LlamaCppDriver  # noqa: E402
+from tests.conformance.drivers.sglang import PYTHON as SGLANG_PYTHON, ENV as SGLANG_ENV  # noqa: E402
+from tests.conformance.drivers.vllm import ENV as VLLM_ENV, VLLM, VllmDriver  # noqa: E402
+from tests.conformance.prompts import prompt_set, tokenizer  # noqa: E402
+
+GGUF = FIXTURES / "gguf"
+MAX_TOKENS = 64
+
+
+@dataclass
+class Demo:
+    engine: str
+    command: str                                   # the documented command, as users write it
+    argv: Callable[[bool, int], list[str]]         # (speculative, port) -> argv
+    acceptance_length: Callable[[EngineProcess], float]  # from the engine's own counters
+    needs: list[Path]
+    env: dict[str, str] = field(default_factory=dict)
+    image: bool = False
+
+
+@dataclass
+class Row:
+    engine: str
+    command: str
+    status: str = ""
+    identical: str = ""
+    acceptance_length: float = 0.0
+    tps_base: float = 0.0
+    tps_spec: float = 0.0
+
+
+def prompts_text() -> list[str]:
+    return [tokenizer().decode(list(r.prompt_ids)) for r in prompt_set("in_domain")]
+
+
+def payloads(demo: Demo) -> tuple[str, list[dict]]:
+    common = {"model": "target", "max_tokens": MAX_TOKENS, "temperature": 0}
+    if not demo.image:
+        return "/v1/completions", [{**common, "prompt": p} for p in prompts_text()]
+    requests = []
+    for r in prompt_set("image"):
+        url = "data:image/png;base64," + base64.b64encode(r.image.read_bytes()).decode()
+        content = [{"type": "image_url", "image_url": {"url": url}},
+                   {"type": "text", "text": r.prompt_text}]
+        requests.append({**common, "messages": [{"role": "user", "content": content}]})
+    return "/v1/chat/completions", requests
+
+
+def vllm_demo() -> Demo:
+    target, drafter = FIXTURES / "qwen3/target", FIXTURES / "qwen3/lilicorr"
+    config = {"method": "lilicorr", "model": str(drafter), "num_speculative_tokens": 7}
+
+    def argv(spec: bool, port: int) -> list[str]:
+        args = [str(VLLM), "serve", str(target), "--served-model-name", "target", "--port", str(port)]
+        return args + (["--speculative-config", json.dumps(config)] if spec else [])
+    return Demo("vLLM", f"vllm serve TARGET --speculative-config '{json.dumps(config)}'", argv,
+                lambda e: VllmDriver().counters(e).acceptance_length, [VLLM, target, drafter], VLLM_ENV)
+
+
+def sglang_demo() -> Demo:
+    target, drafter = FIXTURES / "qwen3/target", FIXTURES / "qwen3/dspark"
+    spec_args = ["--speculative-algorithm", "DSPARK", "--speculative-draft-model-path", str(drafter),
+                 "--speculative-draft-attention-backend", "flashinfer",
+                 "--speculative-dspark-block-size", "9"]
+
+    def argv(spec: bool, port: int) -> list[str]:
+        args = [str(SGLANG_PYTHON), "-m", "sglang.launch_server", "--model-path", str(target),
+                "--device", "cpu", "--port", str(port), "--served-model-name", "target"]
+        return args + (spec_args if spec else [])
+
+    def acceptance_length(engine: EngineProcess) -> float:
+        state = http_json(engine.url + "/server_info")["internal_states"][0]
+        return float(state.get("avg_spec_accept_length") or 0.0)
+    command = ("python -m sglang.launch_server --model-path TARGET "
+               + shlex.join(spec_args).replace(str(drafter), "DRAFTER") + "  (+ --device cpu here)")
+    return Demo("SGLang", command, argv, acceptance_length, [SGLANG_PYTHON, target, drafter],
+                SGLANG_ENV)
+
+
+def llamacpp_lilicorr_demo() -> Demo:
+    target, drafter = GGUF / "qwen3-target.gguf", GGUF / "qwen3-lilicorr.gguf"
+
+    def argv(spec: bool, port: int) -> list[str]:
+        args = [str(LLAMA_SERVER), "-m", str(target), "--host", "127.0.0.1", "--port", str(port),
+                "--metrics"]
+        return args + (["--spec-type", "draft-dflash", "--spec-draft-model", str(drafter)] if spec else [])
+    return Demo("llama.cpp", 'llama-server -m "$BOLT_GGUF" --spec-type draft-dflash '
+                '--spec-draft-model "$LILICORR_GGUF" --host 127.0.0.1', argv,
+                lambda e: LlamaCppDriver().counters(e).acceptance_length, [LLAMA_SERVER, target, drafter])
+
+
+def llamacpp_dspark_vision_demo() -> Demo:
+    target, mmproj = GGUF / "lfm2_vl-target.gguf", GGUF / "lfm2_vl-mmproj.gguf"
+    drafter = GGUF / "lfm2-dspark.gguf"
+
+    def argv(spec: bool, port: int) -> list[str]:
+        args = [str(LLAMA_SERVER), "-m", str(target), "--mmproj", str(mmproj), "--port", str(port),
+                "--metrics"]
+        return args + (["-md", str(drafter), "--spark-block-size", "8"] if spec else [])
+    return Demo("llama.cpp", "llama-server -m TARGET.gguf --mmproj MMPROJ.gguf -md DSPARK.gguf "
+                "--spark-block-size 8  (LFM2-VL, image prompts)", argv,
+                lambda e: LlamaCppDriver().counters(e).acceptance_length,
+                [LLAMA_SERVER, target, mmproj, drafter], image=True)
+
+
+def _starting(label: str, done: threading.Event) -> None:
+    started = time.time()
+    while not done.wait(5):
+        print(f"    ... {label}: starting ({time.time() - started:.0f} s)", flush=True)
+
+
+def serve_and_ask(demo: Demo, spec: bool) -> tuple[list[Streamed], float]:
+    label = f"{demo.engine} {'with' if spec else 'without'} speculation"
+    port = free_port()
+    engine = EngineProcess(f"demo-{demo.engine}-{'spec' if spec else 'base'}", demo.argv(spec, port),
+                           port, "/health", BASELINE, demo.env)
+    done = threading.Event()
+    threading.Thread(target=_starting, args=(label, done), daemon=True).start()
+    try:
+        with engine:
+            done.set()
+            print(f"    {label}: serving, sending prompts", flush=True)
+            endpoint, requests = payloads(demo)
+            results = [stream(engine.url + endpoint, r) for r in requests]
+            return results, demo.acceptance_length(engine)
+    finally:
+        done.set()
+
+
+def run(demo: Demo) -> Row:
+    row = Row(demo.engine, demo.command)
+    missing = [str(p.relative_to(REPO)) for p in demo.needs if not p.exists()]
+    if missing:
+        row.status = f"not available: missing {', '.join(missing)} (run ci/setup.sh)"
+        return row
+    print(f"== {demo.engine}: {demo.command}", flush=True)
+    try:
+        base, _ = serve_and_ask(demo, spec=False)
+        spec, acceptance_length = serve_and_ask(demo, spec=True)
+    except Exception as exc:
+        row.status = f"failed: {str(exc).splitlines()[0][:200]}"
+        return row
+    same = sum(a.text == b.text for a, b in zip(base, spec))
+    row.identical = "yes" if same == len(base) else f"no ({same}/{len(base)})"
+    row.acceptance_length = round(acceptance_length, 2)
+    row.tps_base = sum(r.decode_tokens_per_second for r in base) / len(base)
+    row.tps_spec = sum(r.decode_tokens_per_second for r in spec) / len(spec)
+    row.status = "ok" if same == len(base) and row.acceptance_length > 1 else "FAILED"
+    return row
+
+
+def main() -> int:
+    demos = [vllm_demo(), sglang_demo(), llamacpp_lilicorr_demo(), llamacpp_dspark_vision_demo()]
+    rows = [run(d) for d in demos]
+    print("\n| engine | documented command | outputs identical | acceptance length | "
+          "decode tok/s without | with | ratio | status |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        measured = r.tps_base > 0
+        ratio = f"{r.tps_spec / r.tps_base:.2f}x" if measured else ""
+        tps = f"{r.tps_base:.0f} | {r.tps_spec:.0f}" if measured else " | "
+        print(f"| {r.engine} | `{r.command}` | {r.identical} | {r.acceptance_length or ''} | "
+              f"{tps} | {ratio} | {r.status} |")
+    failed = [r for r in rows if r.status == "FAILED" or r.status.startswith("failed")]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

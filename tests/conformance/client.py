@@ -1,0 +1,51 @@
+"""A streaming OpenAI-compatible client, the same for every engine: output text, token count,
+time to first token and decode time (first token to last)."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from dataclasses import dataclass
+
+
+@dataclass
+class Streamed:
+    text: str
+    tokens: int
+    ttft: float            # seconds to the first generated text
+    decode_seconds: float  # first generated text to the last
+
+    @property
+    def decode_tokens_per_second(self) -> float:
+        return (self.tokens - 1) / self.decode_seconds if self.decode_seconds > 0 else 0.0
+
+
+def stream(url: str, payload: dict, timeout: float = 600.0) -> Streamed:
+    """POST a chat or completion request with stream=true; ``url`` ends with
+    /v1/completions or /v1/chat/completions."""
+    body = {**payload, "stream": True, "stream_options": {"include_usage": True}}
+    request = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    started = time.perf_counter()
+    first = last = None
+    parts: list[str] = []
+    tokens = 0
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        for raw in response:
+            line = raw.decode().strip()
+            if not line.startswith("data:") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[5:])
+            for choice in chunk.get("choices") or []:
+                piece = choice.get("text") or (choice.get("delta") or {}).get("content") or ""
+                if piece:
+                    now = time.perf_counter()
+                    first = first if first is not None else now
+                    last = now
+                    parts.append(piece)
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+    if first is None:
+        return Streamed("", tokens, 0.0, 0.0)
+    return Streamed("".join(parts), tokens, first - started, last - first)
