@@ -26,7 +26,9 @@ class Scenario:
     config: str = "default"        # engine configuration: default | tiny_kv | vision
     family: str = "qwen3"          # fixture family; "vision" = the engine's vision target
     exact: bool = False            # numerics controlled: any divergence fails
-    al_floor: float = 1.5          # speculation must accept at least this much
+    # speculation must accept at least this much: drafts that the target rejects (a broken
+    # drafter, wrong taps, lost context) give an acceptance length near 1.0
+    al_floor: float = 1.3
 
     @property
     def compares_outputs(self) -> bool:
@@ -35,7 +37,7 @@ class Scenario:
 
 SCENARIOS = (
     Scenario("one_request", "one request at a time, fp32: exact equality", "in_domain",
-             max_tokens=96, exact=True, al_floor=2.0),
+             max_tokens=96, exact=True, al_floor=1.5),
     Scenario("batch_mixed_lengths", "a batch of 8 prompts of different lengths", "mixed8",
              mode="batch"),
     Scenario("concurrent_requests", "8 concurrent requests to the server", "mixed8",
@@ -58,7 +60,7 @@ SCENARIOS = (
              config="vision"),
     Scenario("hybrid_partial_acceptance",
              "short-conv hybrid target: conv state rolled back on partial acceptance",
-             "in_domain", max_tokens=96, family="lfm2", exact=True, al_floor=2.0),
+             "in_domain", max_tokens=96, family="lfm2", exact=True, al_floor=1.5),
     Scenario("temperature", "temperature 0.8 runs finish with sane statistics", "in_domain",
              temperature=0.8),
 )

@@ -44,4 +44,4 @@ def test_lilicorr_tp2_greedy_equals_plain_tp2(plain_tp2, lilicorr_tp2, mode):
     tokens, counters = lilicorr_tp2
     assert tokens[mode] == plain_tp2[mode]
     assert 0 < counters.accepted_tokens <= counters.draft_tokens
-    assert counters.acceptance_length >= 1.5  # the conformance suite's floor: drafts are accepted
+    assert counters.acceptance_length >= 1.5  # well above 1.0: the drafts are accepted
