@@ -3,7 +3,7 @@
 Each command is started as users write it (fixture paths filled in), next to the same server
 without speculation; the same short prompt set goes through the OpenAI-compatible API of both
 (streamed, one request at a time), and one table compares them: outputs identical, acceptance
-length (the engine's own counters), decode tokens/s with and without speculation. Exits non-zero
+length (the engine's own counters), generated tokens/s with and without speculation. Exits non-zero
 when any output differs or a speculative server accepted nothing. A command whose engine or
 fixture is missing shows as "not available" with the reason.
 
@@ -173,8 +173,8 @@ def run(demo: Demo) -> Row:
     same = sum(a.text == b.text for a, b in zip(base, spec))
     row.identical = "yes" if same == len(base) else f"no ({same}/{len(base)})"
     row.acceptance_length = round(acceptance_length, 2)
-    row.tps_base = sum(r.decode_tokens_per_second for r in base) / len(base)
-    row.tps_spec = sum(r.decode_tokens_per_second for r in spec) / len(spec)
+    row.tps_base = sum(r.tokens_per_second for r in base) / len(base)
+    row.tps_spec = sum(r.tokens_per_second for r in spec) / len(spec)
     row.status = "ok" if same == len(base) and row.acceptance_length > 1 else "FAILED"
     return row
 
@@ -183,7 +183,7 @@ def main() -> int:
     demos = [vllm_demo(), sglang_demo(), llamacpp_lilicorr_demo(), llamacpp_dspark_vision_demo()]
     rows = [run(d) for d in demos]
     print("\n| engine | documented command | outputs identical | acceptance length | "
-          "decode tok/s without | with | ratio | status |")
+          "tok/s without | with | ratio | status |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         measured = r.tps_base > 0

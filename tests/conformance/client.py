@@ -1,5 +1,5 @@
 """A streaming OpenAI-compatible client, the same for every engine: output text, token count,
-time to first token and decode time (first token to last)."""
+time to first text and to the last."""
 
 from __future__ import annotations
 
@@ -13,12 +13,14 @@ from dataclasses import dataclass
 class Streamed:
     text: str
     tokens: int
-    ttft: float            # seconds to the first generated text
-    decode_seconds: float  # first generated text to the last
+    ttft: float     # seconds to the first generated text
+    seconds: float  # seconds to the last generated text
 
     @property
-    def decode_tokens_per_second(self) -> float:
-        return (self.tokens - 1) / self.decode_seconds if self.decode_seconds > 0 else 0.0
+    def tokens_per_second(self) -> float:
+        """Generated tokens over the whole request (prefill included): engines stream several
+        tokens per chunk, and may hold back the first text, so first-to-last text is no clock."""
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
 def stream(url: str, payload: dict, timeout: float = 600.0) -> Streamed:
@@ -48,4 +50,4 @@ def stream(url: str, payload: dict, timeout: float = 600.0) -> Streamed:
                 tokens = chunk["usage"]["completion_tokens"]
     if first is None:
         return Streamed("", tokens, 0.0, 0.0)
-    return Streamed("".join(parts), tokens, first - started, last - first)
+    return Streamed("".join(parts), tokens, first - started, last - started)

