@@ -147,7 +147,7 @@ def chart(rows: list[Measurement], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     spec = [r for r in rows if r.max_draft and r.concurrency == 1]
-    labels = [f"{r.engine}\n{r.method}" for r in spec]
+    labels = [f"{r.engine}\n{r.method.replace('draft-dflash-', '')}" for r in spec]
     fig, axes = plt.subplots(1, 2, figsize=(max(6, 1.4 * len(spec)), 3.6))
     for ax, values, title in ((axes[0], [r.acceptance_length for r in spec], "acceptance length"),
                               (axes[1], [r.speedup for r in spec], "decode speedup (conc. 1)")):

@@ -35,7 +35,8 @@ EOF
 # compat mode puts the project folders on sys.path, so the plugin package wins over the
 # same-named top-level folder when a process starts in the repository root.
 "$venv/bin/pip" install -q --no-deps --config-settings editable_mode=compat -e "$ROOT" -e "$ROOT/vllm_lilicorr"
-"$venv/bin/pip" install -q pytest==9.2.0
+# pandas: `vllm bench serve --dataset-name custom` reads its prompts with it (ci/bench.py)
+"$venv/bin/pip" install -q pytest==9.2.0 pandas==3.1.1
 "$venv/bin/python" -c "import torchvision.ops, vllm._C, vllm.model_executor.models.llava
 from vllm.platforms import current_platform; assert current_platform.is_cpu(), current_platform"
 "$venv/bin/vllm" --version >/dev/null
