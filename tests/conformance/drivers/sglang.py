@@ -35,6 +35,9 @@ PORTS = range(8200, 8300)  # this engine's port range on shared machines
 CHUNK = 64                 # --chunked-prefill-size
 TINY_KV_TOKENS = 640       # enough for any one request, too few for 8 at once: SGLang retracts
 ENV = {"SGLANG_USE_CPU_ENGINE": "1", "SGLANG_MAMBA_CONV_DTYPE": "float32"}
+# tiny_kv: admit optimistically (SGLang reserves 0.7 x max_new_tokens per request by default,
+# which can keep all 8 requests inside the pool), so running requests outgrow it and retract
+TINY_KV_ENV = {"SGLANG_INIT_NEW_TOKEN_RATIO": "0.05"}
 COMMON_ARGS = ["--device", "cpu", "--dtype", "float32", "--chunked-prefill-size", str(CHUNK),
                "--enable-metrics", "--random-seed", "0", "--skip-server-warmup"]
 PREFILL_LOG = re.compile(r"Prefill batch.*?#new-seq: (\d+), #new-token: (\d+)")
@@ -63,7 +66,8 @@ def engine_process(name: str, config: str, family: str, method: Method) -> Engin
     port = free_port(PORTS)
     return EngineProcess(name, [str(PYTHON), "-m", "sglang.launch_server",
                                 *server_args(config, family, method, port)],
-                         port, "/health", method, ENV)
+                         port, "/health", method,
+                         {**ENV, **(TINY_KV_ENV if config == "tiny_kv" else {})})
 
 
 class SglangDriver(Driver):
