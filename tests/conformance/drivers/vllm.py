@@ -25,7 +25,8 @@ SERVED_NAME = "target"
 HTTP_PORTS = range(8100, 8190)  # vLLM's share of the project's ports; its internal ports
 INTERNAL_PORT = 8190            # (tensor-parallel rendezvous) count up from VLLM_PORT
 CHUNK_TOKENS = 128              # --max-num-batched-tokens: longer prompts prefill in chunks
-COMMON_ARGS = ["--dtype", "float32", "--max-model-len", "2048", "--enable-prefix-caching",
+MAX_MODEL_LEN = 2048
+COMMON_ARGS = ["--dtype", "float32", "--enable-prefix-caching",
                "--enable-chunked-prefill", "--max-num-batched-tokens", str(CHUNK_TOKENS),
                "--max-num-seqs", "8", "--seed", "0"]
 TINY_KV_BLOCKS = 4  # 4 x 128 tokens (CPU blocks): enough for any one request, not for 8 at once
@@ -41,12 +42,13 @@ class AxisNotExercised(RuntimeError):
 
 
 def serve(name: str, model: Path, *args: str, eager: bool = True, env: dict | None = None,
-          method: Method = BASELINE) -> EngineProcess:
+          method: Method = BASELINE, max_model_len: int = MAX_MODEL_LEN) -> EngineProcess:
     """`vllm serve MODEL` with the suite's settings and ``args`` (not yet started). ``eager=False``
     keeps vLLM's default torch.compile."""
     port = free_port(HTTP_PORTS)
     argv = [str(VLLM), "serve", str(model), "--port", str(port), "--served-model-name",
-            SERVED_NAME, *COMMON_ARGS, *(["--enforce-eager"] if eager else []), *args]
+            SERVED_NAME, "--max-model-len", str(max_model_len), *COMMON_ARGS,
+            *(["--enforce-eager"] if eager else []), *args]
     return EngineProcess(f"vllm-{name}", argv, port, "/health", method, {**ENV, **(env or {})})
 
 
@@ -95,15 +97,16 @@ class VllmDriver(Driver):
 
     def start(self, config: str, family: str, method: Method) -> EngineProcess:
         args = []
+        max_model_len = MAX_MODEL_LEN
         if config == "tiny_kv":  # vLLM refuses a max-model-len the pool cannot hold
-            args += ["--num-gpu-blocks-override", str(TINY_KV_BLOCKS),
-                     "--max-model-len", str(TINY_KV_MODEL_LEN)]
+            args += ["--num-gpu-blocks-override", str(TINY_KV_BLOCKS)]
+            max_model_len = TINY_KV_MODEL_LEN
         if method.drafter:
             drafter_family = "qwen3" if family == "llava" else family
             args += speculative_args(method.name, FIXTURES / drafter_family / method.drafter,
                                      num_speculative_tokens=method.max_draft)
         return serve(f"{config}-{family}-{method.name}", FIXTURES / family / "target", *args,
-                     method=method)
+                     method=method, max_model_len=max_model_len)
 
     def counters(self, engine: EngineProcess) -> Counters:
         return spec_counters(engine)
