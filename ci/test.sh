@@ -5,6 +5,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 ci/setup.sh || exit 1
 mkdir -p reports
+rm -f reports/reliability/rows.jsonl  # the suites append this run's rows
 status=0
 suite() {
   local venv=$1; shift
@@ -19,4 +20,5 @@ suite vllm tests/vllm
 suite sglang tests/sglang
 suite core tests/llamacpp
 suite core tests/conformance
+.venvs/core/bin/python ci/reliability.py || status=1
 exit $status

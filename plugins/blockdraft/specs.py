@@ -395,7 +395,8 @@ def check_against_target(spec: DrafterSpec, target: TargetSpec) -> None:
 
 
 def read_weight_names(path: str | Path) -> set[str]:
-    """Tensor names of a checkpoint's safetensors files, from their headers alone."""
+    """Tensor names of a checkpoint's safetensors files, from their headers alone (and their
+    sizes, which the headers fix)."""
     path = Path(path)
     files = sorted(path.glob("*.safetensors"))
     if not files:
@@ -408,8 +409,14 @@ def read_weight_names(path: str | Path) -> set[str]:
                 if length > file.stat().st_size - 8:
                     raise ValueError("header longer than the file")
                 header = json.loads(f.read(length))
-        except (struct.error, ValueError, UnicodeDecodeError) as exc:
-            raise DrafterSpecError(f"{file}: unreadable safetensors header ({exc}); the file is "
+            # the tensors' byte ranges must end where the file does: a cut copy keeps its header
+            data_end = max((v["data_offsets"][1] for k, v in header.items()
+                            if k != "__metadata__"), default=0)
+            if 8 + length + data_end != file.stat().st_size:
+                raise ValueError(f"tensors end at byte {8 + length + data_end}, the file has "
+                                 f"{file.stat().st_size}")
+        except (struct.error, ValueError, UnicodeDecodeError, KeyError, TypeError) as exc:
+            raise DrafterSpecError(f"{file}: unreadable safetensors file ({exc}); the file is "
                                    "truncated or corrupted, copy it again") from exc
         names.update(k for k in header if k != "__metadata__")
     return names

@@ -36,8 +36,12 @@ class Campaign:
                 with self.driver.start(config, family, method) as engine:
                     for s in group:
                         want_top2 = method is BASELINE and s.compares_outputs
+                        requests = prompt_set(s.prompts)
                         try:
-                            run = self.driver.run(engine, s, prompt_set(s.prompts), want_top2)
+                            if s.abandoned_streams:
+                                self.driver.drop_streams(engine, s, requests)
+                            run = self.driver.run(engine, s, requests, want_top2)
+                            engine.check_healthy(after=s.name)
                         except Exception as exc:
                             run = exc
                         self.runs[(s.name, method.name)] = run

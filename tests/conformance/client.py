@@ -1,11 +1,12 @@
 """A streaming OpenAI-compatible client, the same for every engine: output text, token count,
-time to first text and to the last."""
+time to first text and to the last; and clients that walk away mid-stream."""
 
 from __future__ import annotations
 
 import json
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 
@@ -51,3 +52,28 @@ def stream(url: str, payload: dict, timeout: float = 600.0) -> Streamed:
     if first is None:
         return Streamed("", tokens, 0.0, 0.0)
     return Streamed("".join(parts), tokens, first - started, last - started)
+
+
+def abandon_streams(url: str, payloads: list[dict], chunks: int = 3, timeout: float = 120.0) -> int:
+    """Start every streamed request at once, read ``chunks`` text chunks of each, then close the
+    connection as a client that goes away would. Returns how many streams were cut while still
+    generating (a stream that ended first was not abandoned)."""
+    def cut(payload: dict) -> bool:
+        body = {**payload, "stream": True}
+        request = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        seen = 0
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            for raw in response:
+                line = raw.decode().strip()
+                if line == "data: [DONE]":
+                    return False
+                if line.startswith("data:") and any(
+                        c.get("text") for c in json.loads(line[5:]).get("choices") or []):
+                    seen += 1
+                    if seen == chunks:
+                        return True  # leaving the with-block closes the socket mid-stream
+        return False
+
+    with ThreadPoolExecutor(len(payloads)) as pool:
+        return sum(pool.map(cut, payloads))

@@ -23,9 +23,20 @@ def pytest_sessionfinish(session, exitstatus):
             print(f"\nconformance report: {path}")
 
 
-def check(result) -> None:
+def check(result, scenario, reliability) -> None:
     """A case passes, or passes on a listed near-tie; an unavailable one is skipped with its
-    reason (shown in the summary and the report, never counted as passed)."""
+    reason (shown in the summary and the report, never counted as passed). A load or fault
+    scenario also gives its row of the reliability table."""
+    if scenario.fault:
+        reliability(result.engine, f"{scenario.fault} ({result.method})", outcome(result))
     if result.status == "not available":
         pytest.skip(f"not available: {result.reason}")
     assert result.status in ("pass", "near-tie"), result.reason
+
+
+def outcome(result) -> str:
+    if result.status in ("pass", "near-tie"):
+        sent = result.equal.split("/")[1]
+        return (f"{sent} requests sent, {sent} completed, {result.equal} equal to no speculation, "
+                f"0 errors; AL {result.acceptance_length}; server healthy after")
+    return f"{result.status}: {result.reason}"

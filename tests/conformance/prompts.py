@@ -67,6 +67,9 @@ def prompt_set(name: str) -> tuple[Request, ...]:
     if name == "mixed8":
         s = _sampler(0.2, 12)
         return tuple(Request(tuple(s.prompt(n))) for n in (16, 200, 40, 120, 24, 88, 64, 152))
+    if name == "burst24":
+        s = _sampler(0.2, 16)
+        return tuple(Request(tuple(s.prompt(n))) for n in (16, 200, 40, 120, 24, 88, 64, 152) * 3)
     if name == "shared_prefix":
         s = _sampler(0.0, 13)
         prefix = s.prompt(300)  # several KV blocks in every engine (vLLM's CPU blocks: 128)

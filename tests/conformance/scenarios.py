@@ -29,6 +29,10 @@ class Scenario:
     # speculation must accept at least this much: drafts that the target rejects (a broken
     # drafter, wrong taps, lost context) give an acceptance length near 1.0
     al_floor: float = 1.3
+    # streamed requests whose clients disconnect mid-generation just before the compared ones run
+    abandoned_streams: int = 0
+    # the load or fault this scenario puts on the server, for the reliability table ("": none)
+    fault: str = ""
 
     @property
     def compares_outputs(self) -> bool:
@@ -50,17 +54,24 @@ SCENARIOS = (
     # "(": the targets' greedy continuations of these prompts (Python code) open a call a few
     # tokens in, inside the first drafted blocks
     Scenario("stop_string_in_block", "a stop string inside a drafted block", "in_domain",
-             max_tokens=96, stop=("(",)),
+             max_tokens=96, stop=("(",), fault="a stop string inside a drafted block"),
     # 13 tokens leave room for two blocks at most, the second one cut short
     Scenario("max_tokens_in_block", "max_tokens ending inside a block: no overshoot", "in_domain",
-             max_tokens=13, al_floor=1.2),
+             max_tokens=13, al_floor=1.2, fault="max_tokens ending inside a drafted block"),
     Scenario("tiny_kv_preemption", "a KV cache so small that concurrent requests are preempted",
-             "mixed8", mode="concurrent", config="tiny_kv"),
+             "mixed8", mode="concurrent", config="tiny_kv",
+             fault="preemption: 8 concurrent requests on a tiny KV cache"),
     Scenario("image_input", "image input on the vision target", "image", family="vision",
              config="vision"),
     Scenario("hybrid_partial_acceptance",
              "short-conv hybrid target: conv state rolled back on partial acceptance",
              "in_domain", max_tokens=96, family="lfm2", exact=True, al_floor=1.5),
+    Scenario("load_burst", "a burst of 24 concurrent requests of mixed lengths; the server "
+             "stays healthy", "burst24", max_tokens=32, mode="concurrent",
+             fault="a burst of 24 concurrent requests of mixed lengths"),
+    Scenario("client_disconnects", "8 clients drop their streams mid-block: the server frees "
+             "their requests and the next ones still match", "mixed8", mode="concurrent",
+             abandoned_streams=8, fault="8 clients disconnecting mid-stream, then 8 requests"),
     Scenario("temperature", "temperature 0.8 runs finish with sane statistics", "in_domain",
              temperature=0.8),
 )

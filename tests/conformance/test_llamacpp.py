@@ -14,5 +14,5 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.parametrize("method", LlamaCppDriver.methods, ids=lambda m: m.name)
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
-def test_llamacpp(scenario, method):
-    check(campaign_for(LlamaCppDriver).case(scenario, method))
+def test_llamacpp(scenario, method, reliability):
+    check(campaign_for(LlamaCppDriver).case(scenario, method), scenario, reliability)

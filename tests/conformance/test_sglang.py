@@ -18,8 +18,8 @@ BY_NAME = {s.name: s for s in SCENARIOS}
 @pytest.mark.slow
 @pytest.mark.parametrize("method", SglangDriver.methods, ids=lambda m: m.name)
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
-def test_sglang(scenario, method):
-    check(campaign_for(SglangDriver).case(scenario, method))
+def test_sglang(scenario, method, reliability):
+    check(campaign_for(SglangDriver).case(scenario, method), scenario, reliability)
 
 
 def _problem(name: str, metas: list[dict], log: str = "", retracted: float = 0.0,

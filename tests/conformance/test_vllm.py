@@ -14,5 +14,5 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.parametrize("method", VllmDriver.methods, ids=lambda m: m.name)
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
-def test_vllm(scenario, method):
-    check(campaign_for(VllmDriver).case(scenario, method))
+def test_vllm(scenario, method, reliability):
+    check(campaign_for(VllmDriver).case(scenario, method), scenario, reliability)

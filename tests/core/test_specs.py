@@ -149,6 +149,16 @@ def test_truncated_safetensors(tmp_path):
     assert "truncated or corrupted" in error_of(path, "dflash")
 
 
+def test_safetensors_cut_inside_the_tensor_data(tmp_path):
+    path = write_drafter(tmp_path / "d", "dflash")
+    weights = path / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[:-100])
+    message = error_of(path, "dflash")
+    assert f"the file has {len(data) - 100}" in message and "truncated or corrupted" in message
+    assert "\n" not in message
+
+
 def test_markov_rank_only_in_dflash_config(tmp_path):
     def edit(c):
         del c["markov_rank"]

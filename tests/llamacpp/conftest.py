@@ -29,6 +29,13 @@ def refused(name: str, *args: str | Path) -> tuple[int, str]:
     return server.process.returncode, server.log_path.read_text(errors="replace")
 
 
+def refusal(code: int, log: str, fragment: str) -> str:
+    """What the user saw: the exit code and the log line holding ``fragment`` (for the
+    reliability table)."""
+    line = next((ln for ln in log.splitlines() if fragment in ln), "")
+    return f"exit {code} before serving: {line.split(' E ', 1)[-1].strip()}"
+
+
 def complete(server: EngineProcess, prompt, n_predict: int, **extra) -> dict:
     """A greedy /completion with the generated token ids."""
     return http_json(server.url + "/completion", {"prompt": prompt, "n_predict": n_predict, "temperature": 0,

@@ -17,7 +17,7 @@ import pytest
 
 from tests.conformance.drivers.llamacpp import LLAMA_SERVER
 
-from .conftest import complete, llama_server, refused
+from .conftest import complete, llama_server, refusal, refused
 
 
 def trained_block(hf_dir: Path) -> int:
@@ -72,7 +72,7 @@ def test_flag_and_environment_variable(gguf):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("role", ["dflash", "lilicorr", "dspark"])
-def test_above_the_trained_block_is_an_error(role, gguf, hf_fixture):
+def test_above_the_trained_block_is_an_error(role, gguf, hf_fixture, reliability):
     block = trained_block(hf_fixture("qwen3", role))
     limit = block if role == "dspark" else block - 1
     code, log = refused(f"too-long-{role}", "-m", gguf("qwen3", "target"), "-md", gguf("qwen3", role),
@@ -81,12 +81,16 @@ def test_above_the_trained_block_is_an_error(role, gguf, hf_fixture):
     assert (f"--spark-block-size {limit + 1} exceeds the block the draft model was trained for" in log
             and f"use --spark-block-size {limit} or less" in log), log[-2000:]
     assert "loading model" not in log  # refused before any model is loaded
+    reliability("llamacpp", f"--spark-block-size above the {role} drafter's trained block",
+                refusal(code, log, "exceeds the block"))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("draft", [None, ("qwen3", "target")])
-def test_needs_a_block_drafter(draft, gguf):
+def test_needs_a_block_drafter(draft, gguf, reliability):
     args = ["-md", gguf(*draft), "--spec-type", "draft-simple"] if draft else []
     code, log = refused("spark-no-block-drafter", "-m", gguf("qwen3", "target"), *args, "--spark-block-size", "4")
     assert code == 1
     assert "--spark-block-size needs a DFlash or DSpark draft model" in log
+    reliability("llamacpp", "--spark-block-size with " + ("a plain draft model" if draft else "no draft model"),
+                refusal(code, log, "--spark-block-size needs"))

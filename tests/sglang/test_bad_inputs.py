@@ -24,9 +24,14 @@ def _drafter(folder: Path, edit) -> Path:
         if file.name != "config.json":
             (folder / file.name).symlink_to(file)
     config = json.loads((source / "config.json").read_text())
-    edit(config)
+    edit(config, folder)
     (folder / "config.json").write_text(json.dumps(config))
     return folder
+
+
+def config_edit(change):
+    """An edit of config.json alone."""
+    return lambda config, folder: change(config)
 
 
 def _drop_markov(config):
@@ -51,14 +56,33 @@ def _dflash_checkpoint(config):
     config["architectures"] = ["DFlashDraftModel"]
 
 
+def _lilicorr_checkpoint(config):
+    config["architectures"] = ["LiLiCorrDraftModel"]
+
+
+def _truncated_weights(config, folder):
+    """As an interrupted copy leaves it: the weights file cut short."""
+    weights = folder / "model.safetensors"
+    data = weights.read_bytes()
+    weights.unlink()  # a link to the fixture
+    weights.write_bytes(data[:-4096])
+
+
 CASES = {
-    "no Markov head": (_drop_markov, "has no top-level markov_rank"),
-    "taps outside the target": (_taps_outside, "target_layer_ids [7] are outside the target's"),
-    "vocabulary mismatch": (_other_vocab, "drafter vocabulary 4096 != target vocabulary"),
-    "hidden size mismatch": (_other_hidden, "drafter hidden size 512 != target hidden size"),
-    "DFlash checkpoint": (_dflash_checkpoint,
+    "no Markov head": (config_edit(_drop_markov), "has no top-level markov_rank"),
+    "taps outside the target": (config_edit(_taps_outside),
+                                "target_layer_ids [7] are outside the target's"),
+    "vocabulary mismatch": (config_edit(_other_vocab),
+                            "drafter vocabulary 4096 != target vocabulary"),
+    "hidden size mismatch": (config_edit(_other_hidden),
+                             "drafter hidden size 512 != target hidden size"),
+    "DFlash checkpoint": (config_edit(_dflash_checkpoint),
                           "needs a dspark drafter, but architectures='DFlashDraftModel' is a dflash "
                           "checkpoint; use --speculative-algorithm DFLASH for it"),
+    "LiLiCorr checkpoint": (config_edit(_lilicorr_checkpoint),
+                            "needs a dspark drafter, but architectures='LiLiCorrDraftModel' is a "
+                            "lilicorr checkpoint"),
+    "truncated weights": (_truncated_weights, "the file is truncated or corrupted, copy it again"),
 }
 
 
@@ -73,14 +97,16 @@ def refusals(tmp_path_factory) -> dict[str, dict]:
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_bad_drafter_is_refused_with_one_line(case, refusals):
+def test_bad_drafter_is_refused_with_one_line(case, refusals, reliability):
     result = refusals[case]
+    reliability("sglang", case, f"refused before loading: {result.get('error_type')}: "
+                                f"{result.get('error')}")
     assert result.get("error_type") == "DrafterSpecError", result
     assert CASES[case][1] in result["error"]
     assert "\n" not in result["error"]
 
 
-def test_launch_server_stops_before_loading_with_one_line(tmp_path):
+def test_launch_server_stops_before_loading_with_one_line(tmp_path, reliability):
     draft = fixture_dir("qwen3", "dspark")
     trained = json.loads((draft / "config.json").read_text())["dflash_config"]["block_size"]
     result = launch("--model-path", str(fixture_dir("qwen3", "target")),
@@ -92,5 +118,7 @@ def test_launch_server_stops_before_loading_with_one_line(tmp_path):
     lines = [ln for ln in result.stderr.splitlines() if "DrafterSpecError: " in ln]
     assert len(lines) == 1, result.stderr[-3000:]
     message = lines[0].split("DrafterSpecError: ", 1)[1]
+    reliability("sglang", "`launch_server` with --speculative-dspark-block-size above the trained "
+                "block", f"exit {result.returncode} before loading: DrafterSpecError: {message}")
     assert message.startswith(f"--speculative-dspark-block-size {trained + 1}: ")
     assert f"ask for at most {trained}" in message

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -33,7 +34,20 @@ def drafters(tmp_path_factory, lilicorr, dflash):
         "taps": str(write_checkpoint(root / "taps", drafter_config(target_layer_ids=[0, 9]))),
         "missing": str(write_checkpoint(root / "missing", drafter_config(),
                                         drop=["lilicorr.out_head.weight"])),
+        "truncated": str(truncated_copy(lilicorr, root / "truncated")),
+        "dspark": str(driver.FIXTURES / "qwen3" / "dspark"),
+        "topk32": str(write_checkpoint(root / "topk32", drafter_config(lilicorr_candidate_topk=32),
+                                       names=["x"])),
+        "block0": str(write_checkpoint(root / "block0", drafter_config(block_size=0), names=["x"])),
     }
+
+
+def truncated_copy(source, folder):
+    """The drafter as an interrupted copy leaves it: the weights file cut short."""
+    shutil.copytree(source, folder)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-4096])
+    return folder
 
 
 CASES = {
@@ -47,14 +61,21 @@ CASES = {
     "lilicorr checkpoint as mtp": ({"method": "mtp", "model": "lilicorr",
                                     "num_speculative_tokens": 1},
                                    "cannot serve method 'mtp'"),
+    "dspark checkpoint as lilicorr": ({"method": "lilicorr", "model": "dspark"},
+                                      "is a dspark checkpoint; use \"method\":\"dspark\""),
     "bad lilicorr key": ({"method": "lilicorr", "model": "topk3"},
                          "lilicorr_candidate_topk=3 must be a power of two"),
+    "candidate_topk 32": ({"method": "lilicorr", "model": "topk32"},
+                          "lilicorr_candidate_topk=32 must be a power of two <= 16"),
+    "block size 0": ({"method": "lilicorr", "model": "block0"}, "block_size=0 must be an integer >= 1"),
     "vocabulary mismatch": ({"method": "lilicorr", "model": "vocab"},
                             "drafter vocabulary 4096 != target vocabulary"),
     "tap layer outside target": ({"method": "lilicorr", "model": "taps"},
                                  "target_layer_ids [9] are outside the target's"),
     "missing weights": ({"method": "lilicorr", "model": "missing"},
                         "lilicorr.out_head.weight"),
+    "truncated weights": ({"method": "lilicorr", "model": "truncated"},
+                          "the file is truncated or corrupted, copy it again"),
     "draft length = block size": ({"method": "lilicorr", "model": "lilicorr",
                                    "num_speculative_tokens": 8}, "outside 1..7"),
 }
@@ -65,7 +86,7 @@ def run(code: str, timeout: float = 600) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout, env=ENV)
 
 
-def test_engine_config_refuses_each_bad_input(target, drafters):
+def test_engine_config_refuses_each_bad_input(target, drafters, reliability):
     cases = {name: {**spec, "model": drafters[spec["model"]]}
              for name, (spec, _) in CASES.items()}
     result = run(f"""
@@ -86,6 +107,7 @@ def test_engine_config_refuses_each_bad_input(target, drafters):
     for name, (_, fragment) in CASES.items():
         assert got[name] is not None, f"{name}: accepted"
         kind, message = got[name]
+        reliability("vllm", name, f"refused before loading: {kind}: {message}")
         assert kind == "DrafterSpecError" and fragment in message and "\n" not in message, \
             (name, got[name])
 
@@ -105,13 +127,15 @@ def test_llm_refuses_before_loading(target, drafters):
 
 
 @pytest.mark.slow
-def test_vllm_serve_exits_with_one_line_before_loading(target, drafters):
+def test_vllm_serve_exits_with_one_line_before_loading(target, drafters, reliability):
     spec = json.dumps({"method": "lilicorr", "model": drafters["topk3"]})
     result = subprocess.run([str(driver.VLLM), "serve", str(target), "--dtype", "float32",
                              "--speculative-config", spec, "--port", str(free_port(driver.HTTP_PORTS))],
                             capture_output=True, text=True, timeout=600, env=ENV)
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
+    reliability("vllm", "`vllm serve` with candidate_topk 3",
+                f"exit {result.returncode} before loading: {last}")
     assert last.startswith("blockdraft.specs.DrafterSpecError: ") and \
         "lilicorr_candidate_topk=3 must be a power of two" in last, last
     assert "Loading weights" not in result.stdout + result.stderr

@@ -15,8 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..client import abandon_streams
 from ..compare import Counters, Output, Run
-from ..prompts import Request
+from ..prompts import Request, tokenizer
 from ..scenarios import Scenario
 
 REPO = Path(__file__).resolve().parents[3]
@@ -70,6 +71,17 @@ def metrics(url: str) -> dict[str, float]:
     return values
 
 
+def metric_by_label(url: str, name: str, label: str) -> dict[str, float]:
+    """One metric of a Prometheus /metrics page by the value of one of its labels (summed
+    over the others)."""
+    values: dict[str, float] = {}
+    for line in http_text(url + "/metrics").splitlines():
+        if line.startswith(name + "{") and f'{label}="' in line:
+            key = line.split(f'{label}="', 1)[1].split('"', 1)[0]
+            values[key] = values.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+    return values
+
+
 class EngineProcess:
     """An engine server subprocess with its log in reports/conformance/logs/, stopped on exit."""
 
@@ -81,6 +93,12 @@ class EngineProcess:
         LOGS.mkdir(parents=True, exist_ok=True)
         self.log_path = LOGS / f"{name}.log"
         self.process: subprocess.Popen | None = None
+
+    def check_healthy(self, after: str) -> None:
+        try:
+            urllib.request.urlopen(self.url + self.health_path, timeout=30)
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+            raise RuntimeError(f"{self.name} unhealthy after {after}: {exc}") from exc
 
     def log_tail(self, lines: int = 30) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
@@ -141,6 +159,33 @@ class Driver(ABC):
     def counters(self, engine: EngineProcess) -> Counters:
         """Server-wide cumulative counters (engines with server_wide_counters)."""
         raise NotImplementedError
+
+    @abstractmethod
+    def busy_requests(self, engine: EngineProcess) -> int:
+        """Requests the server is running or queueing."""
+
+    def drop_streams(self, engine: EngineProcess, scenario: Scenario,
+                     requests: tuple[Request, ...], released_within: float = 60.0) -> None:
+        """Clients that disconnect mid-stream: the server must release their requests (and
+        with them their KV and draft state) instead of generating on for nobody."""
+        prompts = [tokenizer().decode(list(requests[i % len(requests)].prompt_ids))
+                   for i in range(scenario.abandoned_streams)]
+        cut = abandon_streams(engine.url + "/v1/completions", [
+            {"model": "target", "prompt": p, "max_tokens": 400, "temperature": 0.0,
+             "ignore_eos": True} for p in prompts])
+        if cut == 0:
+            raise RuntimeError("every stream ended before its client left: nothing was abandoned")
+        deadline = time.time() + released_within
+        while (busy := self.busy_requests(engine)) and time.time() < deadline:
+            time.sleep(0.5)
+        if busy:
+            raise RuntimeError(f"{busy} requests still held {released_within:.0f} s after "
+                               f"{cut} clients disconnected")
+
+    def accepted_per_position(self, engine: EngineProcess) -> list[int] | None:
+        """Server-wide cumulative accepted tokens at each draft position, where the engine
+        counts them (None where it reports totals only)."""
+        return None
 
     def run(self, engine: EngineProcess, scenario: Scenario, requests: tuple[Request, ...],
             want_top2: bool) -> Run:

@@ -192,6 +192,11 @@ class LlamaCppDriver(Driver):
                 raise RuntimeError(f"/metrics counted {grown}, the responses {reported}")
             time.sleep(0.05)
 
+    def busy_requests(self, engine: EngineProcess) -> int:
+        values = metrics(engine.url)
+        return int(values.get("llamacpp:requests_processing", 0)
+                   + values.get("llamacpp:requests_deferred", 0))
+
     def counters(self, engine: EngineProcess) -> Counters:
         """Server-wide cumulative speculative counters."""
         values = metrics(engine.url)

@@ -121,7 +121,12 @@ class SglangDriver(Driver):
             payload["input_ids"] = list(request.prompt_ids)
         if want_top2:
             payload.update(return_logprob=True, top_logprobs_num=2, logprob_start_len=-1)
-        return self._output(http_json(engine.url + "/generate", payload), want_top2)
+        return self._output(self._generate(engine, payload), want_top2)
+
+    @staticmethod
+    def _generate(engine: EngineProcess, payload: dict):
+        """SGLang's native generate: one body, or a list of them for a batch."""
+        return http_json(engine.url + "/generate", payload)
 
     def run(self, engine: EngineProcess, scenario: Scenario, requests: tuple[Request, ...],
             want_top2: bool) -> Run:
@@ -135,7 +140,7 @@ class SglangDriver(Driver):
             if want_top2:
                 payload.update(return_logprob=True, top_logprobs_num=2, logprob_start_len=-1)
             results = [self._output(body, want_top2)
-                       for body in http_json(engine.url + "/generate", payload)]
+                       for body in self._generate(engine, payload)]
             run = Run([o for o, _ in results], sum((c for _, c in results), Counters()),
                       time.time() - started)
         else:
@@ -148,6 +153,10 @@ class SglangDriver(Driver):
         if problem:
             raise RuntimeError(problem)
         return run
+
+    def busy_requests(self, engine: EngineProcess) -> int:
+        values = metrics(engine.url)
+        return int(values.get("sglang:num_running_reqs", 0) + values.get("sglang:num_queue_reqs", 0))
 
     @staticmethod
     def _retracted(engine: EngineProcess) -> float:

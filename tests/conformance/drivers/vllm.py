@@ -18,7 +18,7 @@ from ..compare import Counters, Output, Run
 from ..prompts import Request
 from ..scenarios import Scenario
 from .base import (BASELINE, FIXTURES, REPO, Driver, EngineProcess, Method, free_port,
-                   http_json, metrics)
+                   http_json, metric_by_label, metrics)
 
 VLLM = REPO / ".venvs" / "vllm" / "bin" / "vllm"
 SERVED_NAME = "target"
@@ -110,6 +110,17 @@ class VllmDriver(Driver):
 
     def counters(self, engine: EngineProcess) -> Counters:
         return spec_counters(engine)
+
+    def busy_requests(self, engine: EngineProcess) -> int:
+        values = metrics(engine.url)
+        return int(values.get("vllm:num_requests_running", 0)
+                   + values.get("vllm:num_requests_waiting", 0))
+
+    def accepted_per_position(self, engine: EngineProcess) -> list[int] | None:
+        spec_counters(engine)  # settled
+        by_position = metric_by_label(
+            engine.url, "vllm:spec_decode_num_accepted_tokens_per_pos_total", "position")
+        return [int(by_position[k]) for k in sorted(by_position, key=int)]
 
     def generate(self, engine: EngineProcess, scenario: Scenario, request: Request,
                  want_top2: bool) -> tuple[Output, Counters]:
