@@ -4,7 +4,8 @@ speculation, the engine's DFlash control and our method, at concurrency 1 and 4.
 Load and latency come from vLLM's own benchmark client (`vllm bench serve`, OpenAI completions
 API, which all three engines serve); acceptance from each engine's own counters (Prometheus
 /metrics for vLLM and llama.cpp, /server_info for SGLang); peak memory from the server
-processes' VmHWM. Every figure is also given as a ratio to the no-speculation row of the same
+processes' VmHWM; the acceptance rate at each draft position where the engine counts it (vLLM).
+Every figure is also given as a ratio to the no-speculation row of the same
 engine and concurrency. Writes reports/bench/bench.{json,md,png}.
 
     .venvs/core/bin/python ci/bench.py [--engines vllm,sglang,llamacpp] [--prompts 8]
@@ -19,7 +20,7 @@ import platform
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,6 +50,8 @@ class Measurement:
     mean_ttft_ms: float
     mean_tpot_ms: float
     peak_memory_mb: float
+    # accepted / drafts at each draft position (empty where the engine reports totals only)
+    acceptance_per_position: list[float] = field(default_factory=list)
     speedup: float = 1.0               # decode tokens/s over the no-speculation row
     ttft_ratio: float = 1.0
     memory_ratio: float = 1.0
@@ -89,12 +92,19 @@ def vllm_bench(engine: EngineProcess, prompts: Path, count: int, concurrency: in
     return json.loads(result.read_text())
 
 
-def acceptance_length(driver: Driver, engine: EngineProcess, before) -> float:
+def acceptance(driver: Driver, engine: EngineProcess, before: tuple) -> tuple[float, list[float]]:
+    """Acceptance length since ``before`` and the acceptance rate per draft position."""
     if isinstance(driver, SglangDriver):  # SGLang reports the running mean only
         from tests.conformance.drivers.base import http_json
         return float(http_json(engine.url + "/server_info")["internal_states"][0]
-                     .get("avg_spec_accept_length") or 0.0)
-    return (driver.counters(engine) - before).acceptance_length
+                     .get("avg_spec_accept_length") or 0.0), []
+    counters_before, positions_before = before
+    counters = driver.counters(engine) - counters_before
+    positions = driver.accepted_per_position(engine)
+    rates = ([round((now - then) / counters.drafts, 3)
+              for now, then in zip(positions, positions_before)]
+             if positions and counters.drafts else [])
+    return counters.acceptance_length, rates
 
 
 def measure(driver: Driver, method: Method, prompts: Path, count: int) -> list[Measurement]:
@@ -102,16 +112,17 @@ def measure(driver: Driver, method: Method, prompts: Path, count: int) -> list[M
     with driver.start("default", "qwen3", method) as engine:
         vllm_bench(engine, prompts, 1, 1)  # warm-up
         for concurrency in (1, 4):
-            before = driver.counters(engine) if driver.server_wide_counters else None
+            before = ((driver.counters(engine), driver.accepted_per_position(engine))
+                      if driver.server_wide_counters else None)
             r = vllm_bench(engine, prompts, count, concurrency)
             tps = (1000 / r["mean_tpot_ms"] if concurrency == 1 and r["mean_tpot_ms"]
                    else r["output_throughput"])
+            al, per_position = acceptance(driver, engine, before) if method.drafter else (1.0, [])
             rows.append(Measurement(
-                driver.engine, method.name, method.ours, concurrency,
-                round(acceptance_length(driver, engine, before), 3) if method.drafter else 1.0,
+                driver.engine, method.name, method.ours, concurrency, round(al, 3),
                 method.max_draft if method.drafter else 0, round(tps, 1),
                 round(r["mean_ttft_ms"], 1), round(r["mean_tpot_ms"], 2),
-                round(peak_memory_mb(engine), 1)))
+                round(peak_memory_mb(engine), 1), per_position))
     return rows
 
 
@@ -138,7 +149,23 @@ def markdown(rows: list[Measurement], header: str) -> str:
                      f"{r.acceptance_length}{drafted} | {r.decode_tokens_per_second} | "
                      f"{r.speedup}x | {cost} | {r.mean_ttft_ms} ({r.ttft_ratio}) | "
                      f"{r.peak_memory_mb:.0f} ({r.memory_ratio}) |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + position_table(rows)) + "\n"
+
+
+def position_table(rows: list[Measurement]) -> list[str]:
+    """Acceptance rate per draft position, for the rows of speculative methods."""
+    spec = [r for r in rows if r.max_draft]
+    if not spec:
+        return []
+    width = max(r.max_draft for r in spec)
+    lines = ["", "Acceptance rate at each draft position (accepted / drafts; the reference "
+             "loop's own are in fixtures/REPORT.md):", "",
+             "| engine | method | conc. | " + " | ".join(str(i + 1) for i in range(width)) + " |",
+             "|---|---|---|" + "---|" * width]
+    for r in spec:
+        rates = " | ".join(map(str, r.acceptance_per_position)) or "engine reports totals only"
+        lines.append(f"| {r.engine} | {r.method} | {r.concurrency} | {rates} |")
+    return lines
 
 
 def chart(rows: list[Measurement], path: Path) -> None:
