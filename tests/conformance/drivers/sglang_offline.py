@@ -16,6 +16,9 @@ class SglangOfflineDriver(SglangDriver):
     def unavailable(self, scenario: Scenario, method: Method) -> str | None:
         if scenario.mode == "concurrent":
             return "concurrent clients are a server's: launch_server runs this scenario"
+        if scenario.config != "default" or scenario.family != "qwen3":
+            return ("the offline driver runs the Qwen3 text scenarios; this target runs through "
+                    "launch_server (the same model path, and CI time is bounded)")
         return super().unavailable(scenario, method)
 
     def start(self, config: str, family: str, method: Method) -> OfflineEngine:
