@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "build" / "fixtures"
 AL_FLOOR = 3.0         # issue 3's quality floor, every drafter
-REGRESSION_FLOOR = 2.4  # what the committed fixtures reach today (fixtures/REPORT.md), minus noise
+REGRESSION_FLOOR = 2.7  # what the committed fixtures reach on these prompts, minus noise
 NUM_DRAFT = 7
 
 
@@ -32,8 +32,8 @@ def acceptance(request) -> dict[str, float]:
     family = request.param
     folder = FIXTURES / family
     tokenizer = Tokenizer.from_file(str(folder / "target/tokenizer.json"))
-    prompts = held_out_prompts(REPO / "fixtures/corpus/stdlib.jsonl.xz", tokenizer, 12)
-    stats = measure_family(folder, prompts, new_tokens=96, num_draft=NUM_DRAFT)
+    prompts = held_out_prompts(REPO / "fixtures/corpus/stdlib.jsonl.xz", tokenizer, 40)
+    stats = measure_family(folder, prompts, new_tokens=128, num_draft=NUM_DRAFT)
     lengths = {kind: round(s.acceptance_length, 3) for kind, s in stats.items()}
     print(f"{family}: acceptance length at {NUM_DRAFT} drafted tokens: {lengths}")
     return lengths
@@ -43,9 +43,12 @@ def test_drafters_keep_their_committed_quality(acceptance):
     assert min(acceptance.values()) >= REGRESSION_FLOOR, acceptance
 
 
-@pytest.mark.xfail(strict=True, reason="issue 3 open: the committed DFlash and LiLiCorr drafters "
-                   "reach AL 2.5-2.7, and LiLiCorr's lead over DFlash is within noise "
-                   "(fixtures/REPORT.md)")
+def test_lilicorr_head_earns_its_cost(acceptance):
+    assert acceptance["lilicorr"] > acceptance["dflash"], acceptance
+
+
+@pytest.mark.xfail(strict=True, reason="issue 3: on these 40 held-out prompts DFlash reaches AL "
+                   "2.81 (Qwen3) and 2.80 (LFM2); on the builder's 40 it reaches 3.56 and 3.19 "
+                   "(fixtures/REPORT.md): the floor holds on one prompt set, not on both")
 def test_drafters_reach_the_acceptance_floor(acceptance):
     assert min(acceptance.values()) >= AL_FLOOR, acceptance
-    assert acceptance["lilicorr"] > acceptance["dflash"], "the LiLiCorr head must earn its cost"
