@@ -45,11 +45,20 @@ def test_server_info_reports_dspark_and_its_acceptance(vl_server):
 
 
 def test_metrics_report_acceptance_length(vl_server):
+    """The gauge holds the latest decode step's acceptance (the server logs every step), and a
+    request's last step may accept nothing (its block is cut at max_new_tokens): read it while
+    the request runs."""
     server, _ = vl_server
-    http_json(server.url + "/generate", {"text": "def main(argv):\n    ",
-                                         "sampling_params": {"max_new_tokens": NEW_TOKENS, "temperature": 0}})
-    text = http_text(server.url + "/metrics")
-    values = [float(v) for v in re.findall(r"^sglang:spec_accept_length(?:\{[^}]*\})? (\S+)$", text, re.M)]
+    values: list[float] = []
+    with ThreadPoolExecutor(1) as pool:
+        request = pool.submit(http_json, server.url + "/generate", {
+            "text": "def main(argv):\n    ",
+            "sampling_params": {"max_new_tokens": 4 * NEW_TOKENS, "temperature": 0, "ignore_eos": True}})
+        while not request.done():
+            text = http_text(server.url + "/metrics")
+            values += [float(v) for v in re.findall(r"^sglang:spec_accept_length(?:\{[^}]*\})? (\S+)$",
+                                                    text, re.M)]
+        request.result()
     assert values and max(values) > 1.0, values
 
 
