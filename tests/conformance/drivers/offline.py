@@ -1,18 +1,19 @@
-"""An engine driven through its offline Python API (vLLM's `LLM`), in a host process that runs
-in the engine's own environment and answers JSON lines on stdin/stdout. Everything else the
+"""An engine driven through its offline Python API (vLLM's `LLM`, SGLang's `Engine`), in a
+host process that runs in the engine's own environment and answers JSON lines on stdin/stdout. Everything else the
 host prints (the engine's logs) goes to the engine's log in reports/conformance/logs/."""
 
 from __future__ import annotations
 
 import json
+import os
 import queue
+import signal
 import subprocess
 import threading
 import time
 
 from .base import LOGS, REPO, Method
-
-REPLY = "@@conformance "  # marks the host's replies among the engine's log lines
+from .host_protocol import REPLY
 
 
 class OfflineEngine:
@@ -51,7 +52,6 @@ class OfflineEngine:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
     def __enter__(self) -> "OfflineEngine":
-        import os
         self.process = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, text=True, cwd=REPO,
                                         env={**os.environ, **self.env}, start_new_session=True)
@@ -80,7 +80,5 @@ class OfflineEngine:
         while self.process.poll() is None and time.time() < deadline:
             time.sleep(0.5)
         if self.process.poll() is None:
-            import os
-            import signal
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()

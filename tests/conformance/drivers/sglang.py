@@ -48,10 +48,11 @@ def drafter_family(family: str) -> str:
     return "lfm2" if family == "lfm2_vl" else family
 
 
-def server_args(config: str, family: str, method: Method, port: int) -> list[str]:
-    """launch_server's arguments; the DSPARK ones are the users' documented command."""
-    argv = [*COMMON_ARGS, "--host", "127.0.0.1", "--port", str(port),
-            "--model-path", str(FIXTURES / family / "target"),
+def server_args(config: str, family: str, method: Method, port: int | None) -> list[str]:
+    """launch_server's arguments (port None: no HTTP server, for the offline Engine); the
+    DSPARK ones are the users' documented command."""
+    http = ["--host", "127.0.0.1", "--port", str(port)] if port is not None else []
+    argv = [*COMMON_ARGS, *http, "--model-path", str(FIXTURES / family / "target"),
             "--max-total-tokens", str(TINY_KV_TOKENS if config == "tiny_kv" else 8192)]
     if method.name == "DSPARK":
         # on CPU the plugin maps flashinfer to the CPU draft backend

@@ -22,10 +22,9 @@ class SglangOfflineDriver(SglangDriver):
         return super().unavailable(scenario, method)
 
     def start(self, config: str, family: str, method: Method) -> OfflineEngine:
-        argv = server_args(config, family, method, port=0)
-        argv = argv[:argv.index("--host")] + argv[argv.index("--port") + 2:]  # no HTTP server
         return OfflineEngine(f"sglang-offline-{config}-{family}-{method.name}", str(PYTHON),
-                             "tests.conformance.drivers.sglang_offline_host", argv, method, ENV)
+                             "tests.conformance.drivers.sglang_offline_host",
+                             server_args(config, family, method, port=None), method, ENV)
 
     def busy_requests(self, engine: OfflineEngine) -> int:
         return 0  # `generate` returns when every request has finished

@@ -9,12 +9,7 @@ from __future__ import annotations
 import json
 import sys
 
-REPLY = "@@conformance "
-
-
-def reply(body: dict) -> None:
-    print(REPLY + json.dumps(body), flush=True)
-
+from tests.conformance.drivers.host_protocol import reply
 
 def main() -> None:
     from vllm import LLM, SamplingParams
