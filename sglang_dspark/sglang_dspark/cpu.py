@@ -52,6 +52,20 @@ def provide_sgl_kernel() -> None:
                 "ops of sglang_dspark.cpu_ops (slow, for testing)")
 
 
+def amx_path_on_any_cpu() -> None:
+    """SGLang takes its CPU attention backend (intel_amx, the only one that verifies drafts)
+    only where the platform reports AMX, and otherwise falls back to torch_native, which
+    crashes on DSPARK's target verify. The backend needs AMX only through sgl_kernel's C++ ops;
+    the plain-torch stand-in runs on any CPU, so with it the platform says so, through SGLang's
+    own ``override_platform``. A real sgl_kernel keeps the hardware's answer."""
+    if str(STAND_IN_DIR) not in sys.path:
+        return
+    from sglang.srt.runtime_context import get_platform, override_platform
+
+    if not get_platform().has_amx:
+        override_platform(has_amx=True).install()
+
+
 def skip_record_stream_on_cpu(original, tensor: torch.Tensor, stream) -> None:
     """AROUND ``torch.Tensor.record_stream``: a caching-allocator hint for CUDA streams.
     DSparkWorkerV2 calls it on CPU tensors with ``torch.cpu.current_stream()``, which torch

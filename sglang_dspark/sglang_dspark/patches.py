@@ -57,6 +57,10 @@ OTHER_CPU_CHANGES = (
     (cpu.provide_sgl_kernel,
      "sgl_kernel CPU ops: SGLang's CPU engine imports them everywhere and no registry ships "
      "them; a plain-torch stand-in goes on sys.path unless a real CPU build is installed"),
+    (cpu.amx_path_on_any_cpu,
+     "SGLang uses its CPU attention backend (intel_amx, the only one with target verify) only "
+     "on AMX CPUs and otherwise torch_native, which cannot verify; with the plain-torch "
+     "stand-in ops the backend runs on any CPU: say so through override_platform(has_amx=True)"),
     (cpu.allow_cpu_draft_backend,
      "draft workers accept only DRAFT_ATTENTION_BACKEND_CHOICES; add the CPU backend (intel_amx) "
      "through SGLang's add_draft_attention_backend_choices"),

@@ -6,12 +6,11 @@ sampled (temperature > 0) requests.
 
 from __future__ import annotations
 
-import re
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.conformance.drivers.base import http_json, http_text
+from tests.conformance.drivers.base import http_json, http_text, prometheus_samples
 
 pytestmark = pytest.mark.slow
 
@@ -55,9 +54,8 @@ def test_metrics_report_acceptance_length(vl_server):
             "text": "def main(argv):\n    ",
             "sampling_params": {"max_new_tokens": 4 * NEW_TOKENS, "temperature": 0, "ignore_eos": True}})
         while not request.done():
-            text = http_text(server.url + "/metrics")
-            values += [float(v) for v in re.findall(r"^sglang:spec_accept_length(?:\{[^}]*\})? (\S+)$",
-                                                    text, re.M)]
+            values += [value for name, _, value in prometheus_samples(server.url)
+                       if name == "sglang:spec_accept_length"]
         request.result()
     assert values and max(values) > 1.0, values
 
