@@ -1,6 +1,7 @@
 """An engine driven through its offline Python API (vLLM's `LLM`, SGLang's `Engine`), in a
-host process that runs in the engine's own environment and answers JSON lines on stdin/stdout. Everything else the
-host prints (the engine's logs) goes to the engine's log in reports/conformance/logs/."""
+host process that runs in the engine's own environment and answers the JSON lines of
+host_protocol. Everything the host prints (the engine's logs) goes to the engine's log in
+reports/conformance/logs/."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import threading
 import time
 
 from .base import LOGS, REPO, Method
-from .host_protocol import REPLY
+from .host_protocol import REPLY_FD
 
 
 class OfflineEngine:
@@ -27,21 +28,32 @@ class OfflineEngine:
         self.process: subprocess.Popen | None = None
         self._replies: queue.Queue[dict | None] = queue.Queue()
 
-    def _read(self) -> None:
-        with self.log_path.open("w") as log:
-            for line in self.process.stdout:
-                if line.startswith(REPLY):
-                    self._replies.put(json.loads(line[len(REPLY):]))
-                else:
-                    log.write(line)
-                    log.flush()
+    def _read_replies(self, fd: int) -> None:
+        with os.fdopen(fd) as replies:
+            for line in replies:
+                self._replies.put(json.loads(line))
         self._replies.put(None)  # the host is gone
 
+    def _write_log(self) -> None:
+        with self.log_path.open("w") as log:
+            for line in self.process.stdout:
+                log.write(line)
+                log.flush()
+
     def _reply(self, timeout: float) -> dict:
-        try:
-            reply = self._replies.get(timeout=timeout)
-        except queue.Empty:
-            raise RuntimeError(f"{self.name} gave no answer in {timeout:.0f} s") from None
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                reply = self._replies.get(timeout=1.0)
+                break
+            except queue.Empty:
+                # worker processes forked by the engine may hold the reply pipe open after
+                # the host died, so its end is no sign; the host's exit is
+                if self.process.poll() is not None:
+                    reply = None
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{self.name} gave no answer in {timeout:.0f} s") from None
         if reply is None:
             raise RuntimeError(f"{self.name} exited:\n{self.log_tail()}")
         if "error" in reply:
@@ -52,10 +64,14 @@ class OfflineEngine:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
     def __enter__(self) -> "OfflineEngine":
-        self.process = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, text=True, cwd=REPO,
-                                        env={**os.environ, **self.env}, start_new_session=True)
-        threading.Thread(target=self._read, daemon=True).start()
+        replies, reply_end = os.pipe()
+        self.process = subprocess.Popen(
+            self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, cwd=REPO, env={**os.environ, **self.env, REPLY_FD: str(reply_end)},
+            pass_fds=(reply_end,), start_new_session=True)
+        os.close(reply_end)
+        threading.Thread(target=self._read_replies, args=(replies,), daemon=True).start()
+        threading.Thread(target=self._write_log, daemon=True).start()
         try:
             self._reply(self.startup_timeout)  # {"ready": true} once the engine is built
         except RuntimeError:
