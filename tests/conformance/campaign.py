@@ -53,6 +53,10 @@ class Campaign:
             raise run
         return run
 
+    def acceptance_length(self, scenario: Scenario, method: Method) -> float:
+        """The engine's acceptance length over the method's run of the scenario."""
+        return self._run(scenario, method).counters.acceptance_length
+
     def case(self, scenario: Scenario, method: Method) -> CaseResult:
         family = self.driver.family(scenario)
         reason = self.driver.unavailable(scenario, method)
@@ -65,7 +69,7 @@ class Campaign:
             try:
                 result = judge(self.driver.engine, scenario, method.name, family,
                                self._run(scenario, BASELINE), self._run(scenario, method),
-                               method.max_draft)
+                               method.max_draft, method.ours)
             except Exception as exc:
                 result = CaseResult(self.driver.engine, scenario.name, method.name, family, "fail",
                                     f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}")

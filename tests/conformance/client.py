@@ -7,7 +7,7 @@ import json
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -16,6 +16,8 @@ class Streamed:
     tokens: int
     ttft: float     # seconds to the first generated text
     seconds: float  # seconds to the last generated text
+    # engine extras of the last chunk that carried them (llama-server's "timings")
+    timings: dict = field(default_factory=dict)
 
     @property
     def tokens_per_second(self) -> float:
@@ -34,6 +36,7 @@ def stream(url: str, payload: dict, timeout: float = 600.0) -> Streamed:
     first = last = None
     parts: list[str] = []
     tokens = 0
+    timings: dict = {}
     with urllib.request.urlopen(request, timeout=timeout) as response:
         for raw in response:
             line = raw.decode().strip()
@@ -49,9 +52,10 @@ def stream(url: str, payload: dict, timeout: float = 600.0) -> Streamed:
                     parts.append(piece)
             if chunk.get("usage"):
                 tokens = chunk["usage"]["completion_tokens"]
+            timings = chunk.get("timings") or timings
     if first is None:
-        return Streamed("", tokens, 0.0, 0.0)
-    return Streamed("".join(parts), tokens, first - started, last - started)
+        return Streamed("", tokens, 0.0, 0.0, timings)
+    return Streamed("".join(parts), tokens, first - started, last - started, timings)
 
 
 def abandon_streams(url: str, payloads: list[dict], chunks: int = 3, timeout: float = 120.0) -> int:

@@ -15,6 +15,14 @@ class Output:
     # top-2 log-probs per generated position (baseline runs only): [[lp1, lp2], ...]
     top2_logprobs: list[list[float]] | None = None
     finish_reason: str = ""
+    # streamed requests (OpenAI server-sent events) carry text, not ids: the text as it
+    # arrived, compared instead of the ids, and the completion tokens the server counted
+    streamed_text: str | None = None
+    streamed_tokens: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return self.streamed_tokens if self.streamed_text is not None else len(self.token_ids)
 
 
 @dataclass
@@ -50,16 +58,22 @@ class Run:
 @dataclass
 class Divergence:
     prompt: int
-    position: int
+    position: int      # token index, or character index where the request was streamed
     gap: float | None  # the target's top1-top2 log-prob gap there (None: not reported)
+    streamed: bool = False
 
 
 def first_divergence(baseline: Output, spec: Output) -> int | None:
-    for i, (a, b) in enumerate(zip(baseline.token_ids, spec.token_ids)):
-        if a != b:
+    """The first differing token, or character for streamed outputs (None: identical)."""
+    if baseline.streamed_text is not None or spec.streamed_text is not None:
+        a, b = baseline.streamed_text or "", spec.streamed_text or ""
+    else:
+        a, b = baseline.token_ids, spec.token_ids
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
             return i
-    if len(baseline.token_ids) != len(spec.token_ids):
-        return min(len(baseline.token_ids), len(spec.token_ids))
+    if len(a) != len(b):
+        return min(len(a), len(b))
     return None
 
 
@@ -92,9 +106,11 @@ class CaseResult:
 
 
 def judge(engine: str, scenario: Scenario, method: str, family: str, baseline: Run, spec: Run,
-          max_draft: int) -> CaseResult:
-    """Compare a speculative run with the baseline and check speculation really ran."""
+          max_draft: int, ours: bool = False) -> CaseResult:
+    """Compare a speculative run with the baseline and check speculation really ran (and, for
+    ``ours``, reached the scenario's floor for our methods)."""
     c = spec.counters
+    floor = max(scenario.al_floor, scenario.ours_al_floor if ours else 0.0)
     result = CaseResult(engine, scenario.name, method, family, "pass", drafts=c.drafts,
                         draft_tokens=c.draft_tokens, accepted_tokens=c.accepted_tokens,
                         acceptance_length=round(c.acceptance_length, 3),
@@ -105,11 +121,11 @@ def judge(engine: str, scenario: Scenario, method: str, family: str, baseline: R
                         f"{c.accepted_tokens} accepted)")
     elif not 1.0 <= c.acceptance_length <= max_draft + 1:
         problems.append(f"acceptance length {c.acceptance_length:.2f} outside 1..{max_draft + 1}")
-    elif scenario.compares_outputs and c.acceptance_length < scenario.al_floor:
-        problems.append(f"acceptance length {c.acceptance_length:.2f} < floor {scenario.al_floor}")
+    elif scenario.compares_outputs and c.acceptance_length < floor:
+        problems.append(f"acceptance length {c.acceptance_length:.2f} < floor {floor}")
     for i, output in enumerate(spec.outputs):
-        if len(output.token_ids) > scenario.max_tokens:
-            problems.append(f"prompt {i}: {len(output.token_ids)} tokens > max_tokens {scenario.max_tokens}")
+        if output.num_tokens > scenario.max_tokens:
+            problems.append(f"prompt {i}: {output.num_tokens} tokens > max_tokens {scenario.max_tokens}")
     if scenario.compares_outputs:
         equal = 0
         for i, (base, out) in enumerate(zip(baseline.outputs, spec.outputs)):
@@ -117,16 +133,21 @@ def judge(engine: str, scenario: Scenario, method: str, family: str, baseline: R
             if position is None:
                 equal += 1
             else:
-                result.divergences.append(Divergence(i, position, gap_at(base, position)))
+                streamed = out.streamed_text is not None
+                result.divergences.append(Divergence(
+                    i, position, None if streamed else gap_at(base, position), streamed))
         result.equal = f"{equal}/{len(spec.outputs)}"
         for d in result.divergences:
             near_tie = d.gap is not None and d.gap < NEAR_TIE_EPSILON
             if scenario.exact or not near_tie:
+                if d.streamed:
+                    problems.append(f"prompt {d.prompt} (streamed) diverges at character {d.position}")
+                    continue
                 gap = "unknown" if d.gap is None else f"{d.gap:.4f}"
                 problems.append(f"prompt {d.prompt} diverges at token {d.position} (gap {gap})")
         if not problems and result.divergences:
             result.status = "near-tie"
-    elif len(spec.outputs) != len(baseline.outputs) or any(not o.token_ids for o in spec.outputs):
+    elif len(spec.outputs) != len(baseline.outputs) or any(not o.num_tokens for o in spec.outputs):
         problems.append("not every request finished")
     if problems:
         result.status, result.reason = "fail", "; ".join(problems)

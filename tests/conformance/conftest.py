@@ -6,6 +6,7 @@ import pytest
 
 from . import report
 from .campaign import Campaign
+from .scenarios import SCENARIOS
 
 CAMPAIGNS: dict[str, Campaign] = {}
 
@@ -40,3 +41,15 @@ def outcome(result) -> str:
         return (f"{sent} requests sent, {sent} completed, {result.equal} equal to no speculation, "
                 f"0 errors; AL {result.acceptance_length}; server healthy after")
     return f"{result.status}: {result.reason}"
+
+
+def check_lilicorr_earns_its_cost(campaign: Campaign) -> None:
+    """As in the reference loop, the LiLiCorr head must pay for itself in the engine: over the
+    in-domain prompts its acceptance length is at least that of the engine's own DFlash on the
+    same backbone."""
+    scenario = next(s for s in SCENARIOS if s.name == "one_request")
+    by_drafter = {m.drafter: m for m in campaign.driver.methods}
+    control, lilicorr = (campaign.acceptance_length(scenario, by_drafter[kind])
+                         for kind in ("dflash", "lilicorr"))
+    print(f"{campaign.driver.engine} {scenario.name}: AL dflash {control:.3f}, lilicorr {lilicorr:.3f}")
+    assert lilicorr >= control, f"LiLiCorr AL {lilicorr:.3f} < DFlash control's {control:.3f}"

@@ -64,6 +64,10 @@ def prompt_set(name: str) -> tuple[Request, ...]:
     if name == "in_domain":
         s = _sampler(0.0, 11)
         return tuple(Request(tuple(s.prompt(n))) for n in (24, 40, 56, 72))
+    if name == "in_domain24":  # enough prompts for an acceptance length within about +-0.2
+        s = _sampler(0.0, 17)
+        return tuple(Request(tuple(s.prompt(random.Random(17 + i).choice((24, 40, 56, 72)))))
+                     for i in range(24))
     if name == "mixed8":
         s = _sampler(0.2, 12)
         return tuple(Request(tuple(s.prompt(n))) for n in (16, 200, 40, 120, 24, 88, 64, 152))

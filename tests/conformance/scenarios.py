@@ -12,6 +12,10 @@ from dataclasses import dataclass
 # A divergence where the target's own top1-top2 log-prob gap is below this is a near-tie:
 # accepted (and listed) where numerics are not controlled, a failure where they are.
 NEAR_TIE_EPSILON = 0.01
+# the acceptance length our drafters must reach on in-domain prompts (issues 5, 6, 7); held on
+# the Qwen3 fixtures by one_request; on LFM2 only SGLang's DSPARK (9 drafted tokens) reaches it
+# (test_sglang.py), LiLiCorr and DSpark at 7 drafted tokens stay near 2.6 and 3.0 (issue 3)
+OURS_AL_FLOOR = 3.0
 
 
 @dataclass(frozen=True)
@@ -29,8 +33,13 @@ class Scenario:
     # speculation must accept at least this much: drafts that the target rejects (a broken
     # drafter, wrong taps, lost context) give an acceptance length near 1.0
     al_floor: float = 1.3
+    # our methods' floor where the prompts are in-domain (issues 5-7 ask for 3); the engine's
+    # own DFlash control is held to al_floor only
+    ours_al_floor: float = 0.0
     # streamed requests whose clients disconnect mid-generation just before the compared ones run
     abandoned_streams: int = 0
+    # every n-th request is streamed (OpenAI completions, server-sent events), text compared
+    streamed_every: int = 0
     # the load or fault this scenario puts on the server, for the reliability table ("": none)
     fault: str = ""
 
@@ -38,10 +47,13 @@ class Scenario:
     def compares_outputs(self) -> bool:
         return self.temperature == 0.0
 
+    def is_streamed(self, index: int) -> bool:
+        return self.streamed_every > 0 and index % self.streamed_every == 0
+
 
 SCENARIOS = (
-    Scenario("one_request", "one request at a time, fp32: exact equality", "in_domain",
-             max_tokens=96, exact=True, al_floor=1.5),
+    Scenario("one_request", "one request at a time, fp32: exact equality", "in_domain24",
+             max_tokens=96, exact=True, al_floor=1.5, ours_al_floor=OURS_AL_FLOOR),
     Scenario("batch_mixed_lengths", "a batch of 8 prompts of different lengths", "mixed8",
              mode="batch"),
     Scenario("concurrent_requests", "8 concurrent requests to the server", "mixed8",
@@ -65,10 +77,11 @@ SCENARIOS = (
              config="vision"),
     Scenario("hybrid_partial_acceptance",
              "short-conv hybrid target: conv state rolled back on partial acceptance",
-             "in_domain", max_tokens=96, family="lfm2", exact=True, al_floor=1.5),
-    Scenario("load_burst", "a burst of 24 concurrent requests of mixed lengths; the server "
-             "stays healthy", "burst24", max_tokens=32, mode="concurrent",
-             fault="a burst of 24 concurrent requests of mixed lengths"),
+             "in_domain24", max_tokens=96, family="lfm2", exact=True, al_floor=1.5),
+    Scenario("load_burst", "a burst of 24 concurrent requests of mixed lengths, 8 of them "
+             "streamed; the server stays healthy", "burst24", max_tokens=32, mode="concurrent",
+             streamed_every=3,
+             fault="a burst of 24 concurrent requests of mixed lengths, 8 of them streamed"),
     Scenario("client_disconnects", "8 clients drop their streams mid-block: the server frees "
              "their requests and the next ones still match", "mixed8", mode="concurrent",
              abandoned_streams=8, fault="8 clients disconnecting mid-stream, then 8 requests"),

@@ -67,3 +67,28 @@ def test_sampled_runs_are_not_compared_but_must_finish():
     hot = Scenario("t", "axis", "in_domain", max_tokens=5, temperature=0.8)
     assert judge("e", hot, "m", "f", run([1, 2]), run([7, 8]), 7).status == "pass"
     assert judge("e", hot, "m", "f", run([1, 2]), run([]), 7).status == "fail"
+
+
+def streamed(text: str, tokens: int = 3) -> Output:
+    return Output([], streamed_text=text, streamed_tokens=tokens)
+
+
+def test_streamed_outputs_are_compared_by_text():
+    base = Run([streamed("def f(x):")], GOOD, 1.0)
+    assert judge("e", LOOSE, "m", "f", base, Run([streamed("def f(x):")], GOOD, 1.0), 7).status == "pass"
+    r = judge("e", LOOSE, "m", "f", base, Run([streamed("def f(y):")], GOOD, 1.0), 7)
+    assert r.status == "fail" and "(streamed) diverges at character 6" in r.reason
+
+
+def test_streamed_outputs_count_the_servers_tokens():
+    base = Run([streamed("abc", tokens=5)], GOOD, 1.0)
+    r = judge("e", LOOSE, "m", "f", base, Run([streamed("abc", tokens=6)], GOOD, 1.0), 7)
+    assert r.status == "fail" and "6 tokens > max_tokens 5" in r.reason
+
+
+def test_our_methods_meet_their_own_floor():
+    scenario = Scenario("s", "axis", "in_domain", max_tokens=5, al_floor=1.5, ours_al_floor=3.0)
+    al_2_5 = Counters(drafts=2, draft_tokens=14, accepted_tokens=3)
+    assert judge("e", scenario, "m", "f", run([1]), run([1], counters=al_2_5), 7).status == "pass"
+    r = judge("e", scenario, "m", "f", run([1]), run([1], counters=al_2_5), 7, ours=True)
+    assert r.status == "fail" and "< floor 3.0" in r.reason

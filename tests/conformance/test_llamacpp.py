@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import campaign_for, check
+from .conftest import campaign_for, check, check_lilicorr_earns_its_cost
 from .drivers.llamacpp import LlamaCppDriver
 from .scenarios import SCENARIOS
 
@@ -16,3 +16,7 @@ pytestmark = pytest.mark.slow
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
 def test_llamacpp(scenario, method, reliability):
     check(campaign_for(LlamaCppDriver).case(scenario, method), scenario, reliability)
+
+
+def test_lilicorr_accepts_at_least_the_dflash_control():
+    check_lilicorr_earns_its_cost(campaign_for(LlamaCppDriver))

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..client import abandon_streams
+from ..client import Streamed, abandon_streams, stream
 from ..compare import Counters, Output, Run
 from ..prompts import Request, tokenizer
 from ..scenarios import Scenario
@@ -61,13 +61,23 @@ def http_text(url: str, timeout: float = 30.0) -> str:
         return response.read().decode()
 
 
+def prometheus_samples(url: str) -> list[tuple[str, str, float]]:
+    """(name, labels, value) of every sample of a Prometheus /metrics page; labels is the text
+    between the braces ("" without)."""
+    samples = []
+    for line in http_text(url + "/metrics").splitlines():
+        if line and not line.startswith("#"):
+            series, value = line.rsplit(" ", 1)
+            name, _, labels = series.partition("{")
+            samples.append((name, labels.rstrip("}"), float(value)))
+    return samples
+
+
 def metrics(url: str) -> dict[str, float]:
     """Every sample of a Prometheus /metrics page, summed over its labels."""
     values: dict[str, float] = {}
-    for line in http_text(url + "/metrics").splitlines():
-        if line and not line.startswith("#"):
-            name, value = line.split("{", 1)[0].split(" ", 1)[0], line.rsplit(" ", 1)[1]
-            values[name] = values.get(name, 0.0) + float(value)
+    for name, _, value in prometheus_samples(url):
+        values[name] = values.get(name, 0.0) + value
     return values
 
 
@@ -75,10 +85,10 @@ def metric_by_label(url: str, name: str, label: str) -> dict[str, float]:
     """One metric of a Prometheus /metrics page by the value of one of its labels (summed
     over the others)."""
     values: dict[str, float] = {}
-    for line in http_text(url + "/metrics").splitlines():
-        if line.startswith(name + "{") and f'{label}="' in line:
-            key = line.split(f'{label}="', 1)[1].split('"', 1)[0]
-            values[key] = values.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+    for sample, labels, value in prometheus_samples(url):
+        if sample == name and f'{label}="' in labels:
+            key = labels.split(f'{label}="', 1)[1].split('"', 1)[0]
+            values[key] = values.get(key, 0.0) + value
     return values
 
 
@@ -182,6 +192,22 @@ class Driver(ABC):
             raise RuntimeError(f"{busy} requests still held {released_within:.0f} s after "
                                f"{cut} clients disconnected")
 
+    def stream(self, engine: EngineProcess, scenario: Scenario,
+               request: Request) -> tuple[Output, Counters]:
+        """One request streamed through the OpenAI completions API, as chat front-ends and
+        most clients read answers: the deltas of multi-token steps must add up to the text.
+        Counters: empty (streams carry none; server-wide counters include them)."""
+        streamed = self._stream(engine, scenario, request)
+        return Output([], streamed_text=streamed.text, streamed_tokens=streamed.tokens), Counters()
+
+    @staticmethod
+    def _stream(engine: EngineProcess, scenario: Scenario, request: Request) -> Streamed:
+        payload = {"model": "target", "prompt": list(request.prompt_ids),
+                   "max_tokens": scenario.max_tokens, "temperature": scenario.temperature}
+        if scenario.stop:
+            payload["stop"] = list(scenario.stop)
+        return stream(engine.url + "/v1/completions", payload)
+
     def accepted_per_position(self, engine: EngineProcess) -> list[int] | None:
         """Server-wide cumulative accepted tokens at each draft position, where the engine
         counts them (None where it reports totals only)."""
@@ -191,13 +217,18 @@ class Driver(ABC):
             want_top2: bool) -> Run:
         """All requests of a scenario: one at a time, or all at once (batch, concurrent)."""
         before = self.counters(engine) if self.server_wide_counters else Counters()
+
+        def one(index: int) -> tuple[Output, Counters]:
+            if scenario.is_streamed(index):
+                return self.stream(engine, scenario, requests[index])
+            return self.generate(engine, scenario, requests[index], want_top2)
+
         started = time.time()
         if scenario.mode == "sequential":
-            results = [self.generate(engine, scenario, r, want_top2) for r in requests]
+            results = [one(i) for i in range(len(requests))]
         else:
             with ThreadPoolExecutor(len(requests)) as pool:
-                results = list(pool.map(lambda r: self.generate(engine, scenario, r, want_top2),
-                                        requests))
+                results = list(pool.map(one, range(len(requests))))
         seconds = time.time() - started
         outputs = [output for output, _ in results]
         if self.server_wide_counters:

@@ -144,6 +144,14 @@ class LlamaCppDriver(Driver):
                  want_top2: bool) -> tuple[Output, Counters]:
         return self._output(self._complete(engine, scenario, request, want_top2), want_top2)
 
+    def stream(self, engine: EngineProcess, scenario: Scenario,
+               request: Request) -> tuple[Output, Counters]:
+        """The last chunk of llama-server's stream carries the request's draft counts."""
+        streamed = self._stream(engine, scenario, request)
+        counters = Counters(0, streamed.timings.get("draft_n", 0),
+                            streamed.timings.get("draft_n_accepted", 0))
+        return Output([], streamed_text=streamed.text, streamed_tokens=streamed.tokens), counters
+
     def run(self, engine: EngineProcess, scenario: Scenario, requests: tuple[Request, ...],
             want_top2: bool) -> Run:
         if scenario.prompts == "long" and any(len(r.prompt_ids) <= CHUNK for r in requests):
@@ -154,14 +162,23 @@ class LlamaCppDriver(Driver):
             payload = self._payload(scenario, want_top2)
             payload["prompt"] = [list(r.prompt_ids) for r in requests]
             bodies = http_json(engine.url + "/completion", payload)  # in prompt order
-        elif scenario.mode == "concurrent":
-            with ThreadPoolExecutor(len(requests)) as pool:
-                bodies = list(pool.map(lambda r: self._complete(engine, scenario, r, want_top2), requests))
+            results = [self._output(b, want_top2) for b in bodies]
         else:
-            bodies = [self._complete(engine, scenario, r, want_top2) for r in requests]
+            def one(index: int) -> tuple[dict | None, tuple[Output, Counters]]:
+                if scenario.is_streamed(index):
+                    return None, self.stream(engine, scenario, requests[index])
+                body = self._complete(engine, scenario, requests[index], want_top2)
+                return body, self._output(body, want_top2)
+
+            if scenario.mode == "concurrent":
+                with ThreadPoolExecutor(len(requests)) as pool:
+                    answers = list(pool.map(one, range(len(requests))))
+            else:
+                answers = [one(i) for i in range(len(requests))]
+            bodies = [body for body, _ in answers if body is not None]
+            results = [result for _, result in answers]
         seconds = time.time() - started
         self._check_axis(scenario, requests, bodies)
-        results = [self._output(b, want_top2) for b in bodies]
         reported = sum((c for _, c in results), Counters())
         return Run([o for o, _ in results], self._counters_since(engine, before, reported), seconds)
 
