@@ -14,6 +14,7 @@ from abc import ABC, abstractmethod
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, TypeVar
 
 from ..client import Streamed, abandon_streams, stream
 from ..compare import Counters, Output, Run
@@ -71,6 +72,18 @@ def prometheus_samples(url: str) -> list[tuple[str, str, float]]:
             name, _, labels = series.partition("{")
             samples.append((name, labels.rstrip("}"), float(value)))
     return samples
+
+
+T = TypeVar("T")
+
+
+def each_request(scenario: Scenario, count: int, answer: Callable[[int], T]) -> list[T]:
+    """``answer(i)`` for each of a scenario's requests, in request order: one at a time for a
+    sequential scenario, all at once otherwise."""
+    if scenario.mode == "sequential":
+        return [answer(i) for i in range(count)]
+    with ThreadPoolExecutor(count) as pool:
+        return list(pool.map(answer, range(count)))
 
 
 def metrics(url: str) -> dict[str, float]:
@@ -224,11 +237,7 @@ class Driver(ABC):
             return self.generate(engine, scenario, requests[index], want_top2)
 
         started = time.time()
-        if scenario.mode == "sequential":
-            results = [one(i) for i in range(len(requests))]
-        else:
-            with ThreadPoolExecutor(len(requests)) as pool:
-                results = list(pool.map(one, range(len(requests))))
+        results = each_request(scenario, len(requests), one)
         seconds = time.time() - started
         outputs = [output for output, _ in results]
         if self.server_wide_counters:

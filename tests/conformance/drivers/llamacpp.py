@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import base64
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from ..compare import Counters, Output, Run
 from ..prompts import Request
 from ..scenarios import Scenario
-from .base import (FIXTURES, REPO, Driver, EngineProcess, Method, free_port,
+from .base import (FIXTURES, REPO, Driver, EngineProcess, Method, each_request, free_port,
                    http_json, metrics)
 
 LLAMA_SERVER = REPO / "build" / "llama.cpp" / "build" / "bin" / "llama-server"
@@ -170,11 +169,7 @@ class LlamaCppDriver(Driver):
                 body = self._complete(engine, scenario, requests[index], want_top2)
                 return body, self._output(body, want_top2)
 
-            if scenario.mode == "concurrent":
-                with ThreadPoolExecutor(len(requests)) as pool:
-                    answers = list(pool.map(one, range(len(requests))))
-            else:
-                answers = [one(i) for i in range(len(requests))]
+            answers = each_request(scenario, len(requests), one)
             bodies = [body for body, _ in answers if body is not None]
             results = [result for _, result in answers]
         seconds = time.time() - started
