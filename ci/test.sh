@@ -10,7 +10,7 @@ status=0
 suite() {
   local venv=$1; shift
   echo "=== pytest $* (.venvs/$venv)"
-  ".venvs/$venv/bin/python" -m pytest -rs "$@"
+  ".venvs/$venv/bin/python" -m pytest -rs --durations=15 "$@"
   local rc=$?
   # 5 = no tests collected: a suite that has no tests yet is not a failure.
   if [ $rc -ne 0 ] && [ $rc -ne 5 ]; then status=1; fi
