@@ -5,12 +5,15 @@ the manifest (and REPORT.md) state."""
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 from tokenizers import Tokenizer
 
-from blockdraft.fixtures.evaluate import held_out_prompts, held_out_sampler, measure_family
+from blockdraft.fixtures.evaluate import (DrafterQuality, held_out_prompts, held_out_sampler,
+                                          measure_family)
+from blockdraft.fixtures.shapes import BuildPlan
 from blockdraft.fixtures.store import file_digest
 
 pytestmark = pytest.mark.slow
@@ -19,6 +22,9 @@ FIXTURES = REPO / "build" / "fixtures"
 AL_FLOOR = 3.0  # issue 3's quality floor, every drafter
 NUM_DRAFT = 7
 MANIFEST = json.loads((REPO / "fixtures/manifest.json").read_text())
+# issue 3: families whose drafters stay below the floor (at 7 drafted tokens, these prompts)
+BELOW_THE_FLOOR = {"lfm2": "issue 3: DFlash / LiLiCorr reach AL 2.75 / 2.79 on LFM2 (DSpark 3.18); "
+                           "the floor needs better-trained backbones"}
 
 
 def test_store_matches_its_manifest():
@@ -27,9 +33,14 @@ def test_store_matches_its_manifest():
     assert MANIFEST["total_bytes"] < 30e6
 
 
+def test_fixtures_follow_the_default_plan():
+    """The committed fixtures are what `python -m blockdraft.fixtures build` plans today."""
+    assert MANIFEST["plan"] == json.loads(json.dumps(asdict(BuildPlan())))
+
+
 @pytest.fixture(scope="module", params=["qwen3", "lfm2"])
-def measured(request) -> tuple[str, dict[str, float]]:
-    """(family, acceptance length per drafter) on the prompts REPORT.md was measured on."""
+def measured(request) -> tuple[str, dict[str, DrafterQuality]]:
+    """(family, quality per drafter) on the prompts REPORT.md was measured on."""
     family = request.param
     folder = FIXTURES / family
     tokenizer = Tokenizer.from_file(str(folder / "target/tokenizer.json"))
@@ -39,25 +50,35 @@ def measured(request) -> tuple[str, dict[str, float]]:
     prompts = held_out_prompts(sampler, budget["eval_prompts"])
     _, quality = measure_family(folder, prompts, budget["eval_new_tokens"],
                                 {kind: (kind, NUM_DRAFT) for kind in ("dflash", "lilicorr", "dspark")})
-    lengths = {kind: round(q.acceptance_length, 3) for kind, q in quality.items()}
-    print(f"{family}: acceptance length at {NUM_DRAFT} drafted tokens: {lengths}")
-    return family, lengths
+    print(f"{family}: at {NUM_DRAFT} drafted tokens " + ", ".join(
+        f"{kind} AL {q.acceptance_length:.3f} (95% {q.interval[0]:.3f}-{q.interval[1]:.3f})"
+        for kind, q in quality.items()))
+    return family, quality
+
+
+def acceptance_lengths(measured) -> dict[str, float]:
+    return {kind: round(q.acceptance_length, 3) for kind, q in measured[1].items()}
 
 
 def test_report_states_what_the_fixtures_do(measured):
-    family, lengths = measured
-    drafters = MANIFEST["targets"][family]["drafters"]
+    lengths = acceptance_lengths(measured)
+    drafters = MANIFEST["targets"][measured[0]]["drafters"]
     reported = {kind: drafters[kind]["acceptance_length"] for kind in lengths}
     assert reported == pytest.approx(lengths, abs=0.02), (reported, lengths)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 3: at 7 drafted tokens DFlash / LiLiCorr / DSpark "
-                   "reach AL 2.81 / 2.90 / 3.13 (Qwen3) and 2.80 / 2.88 / 3.26 (LFM2) on these 40 "
-                   "prompts; the floor needs better-trained backbones")
-def test_drafters_reach_the_acceptance_floor(measured):
-    assert min(measured[1].values()) >= AL_FLOOR, measured
+def test_speculation_is_lossless(measured):
+    for kind, q in measured[1].items():
+        assert q.lossless == q.prompts, f"{kind}: {q.lossless}/{q.prompts} outputs equal plain greedy"
+
+
+def test_drafters_reach_the_acceptance_floor(measured, request):
+    if measured[0] in BELOW_THE_FLOOR:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=BELOW_THE_FLOOR[measured[0]]))
+    lengths = acceptance_lengths(measured)
+    assert min(lengths.values()) >= AL_FLOOR, lengths
 
 
 def test_lilicorr_head_earns_its_cost(measured):
-    lengths = measured[1]
-    assert lengths["lilicorr"] > lengths["dflash"], measured
+    lengths = acceptance_lengths(measured)
+    assert lengths["lilicorr"] > lengths["dflash"], lengths
