@@ -13,7 +13,8 @@ CAMPAIGNS: dict[str, Campaign] = {}
 
 def campaign_for(driver_class) -> Campaign:
     if driver_class.engine not in CAMPAIGNS:
-        CAMPAIGNS[driver_class.engine] = Campaign(driver_class())
+        CAMPAIGNS[driver_class.engine] = Campaign(driver_class(),
+                                                  SCENARIOS + driver_class.extra_scenarios)
     return CAMPAIGNS[driver_class.engine]
 
 
@@ -43,11 +44,11 @@ def outcome(result) -> str:
     return f"{result.status}: {result.reason}"
 
 
-def check_lilicorr_earns_its_cost(campaign: Campaign) -> None:
+def check_lilicorr_earns_its_cost(campaign: Campaign, scenario_name: str = "one_request") -> None:
     """As in the reference loop, the LiLiCorr head must pay for itself in the engine: over the
     in-domain prompts its acceptance length is at least that of the engine's own DFlash on the
     same backbone."""
-    scenario = next(s for s in SCENARIOS if s.name == "one_request")
+    scenario = next(s for s in campaign.scenarios if s.name == scenario_name)
     by_drafter = {m.drafter: m for m in campaign.driver.methods}
     control, lilicorr = (campaign.acceptance_length(scenario, by_drafter[kind])
                          for kind in ("dflash", "lilicorr"))

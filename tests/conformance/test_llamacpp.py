@@ -1,5 +1,6 @@
 """Conformance of llama-server: every scenario with draft-dflash (the control, plain DFlash
-GGUF), draft-dflash with a LiLiCorr GGUF, and DSpark with --spark-block-size."""
+GGUF), draft-dflash with a LiLiCorr GGUF, and DSpark with --spark-block-size; and SPEC.md's two
+llama-server commands on the fixture builder's held-out prompts (issue 7)."""
 
 from __future__ import annotations
 
@@ -7,16 +8,30 @@ import pytest
 
 from .conftest import campaign_for, check, check_lilicorr_earns_its_cost
 from .drivers.llamacpp import LlamaCppDriver
-from .scenarios import SCENARIOS
+from .scenarios import HELD_OUT_SCENARIOS, SCENARIOS, TWO_SLOTS
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("method", LlamaCppDriver.methods, ids=lambda m: m.name)
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
+@pytest.mark.parametrize("scenario", (*SCENARIOS, TWO_SLOTS), ids=lambda s: s.name)
 def test_llamacpp(scenario, method, reliability):
     check(campaign_for(LlamaCppDriver).case(scenario, method), scenario, reliability)
 
 
 def test_lilicorr_accepts_at_least_the_dflash_control():
     check_lilicorr_earns_its_cost(campaign_for(LlamaCppDriver))
+
+
+# SPEC.md's commands: a text target with a LiLiCorr drafter (beside upstream's DFlash control),
+# the vision target with DSpark
+@pytest.mark.parametrize("scenario, method_name", [
+    (HELD_OUT_SCENARIOS[0], "draft-dflash"), (HELD_OUT_SCENARIOS[0], "draft-dflash-lilicorr"),
+    (HELD_OUT_SCENARIOS[1], "draft-dspark")], ids=["dflash", "lilicorr", "dspark-vision"])
+def test_spec_commands_on_held_out_prompts(scenario, method_name, reliability):
+    method = next(m for m in LlamaCppDriver.methods if m.name == method_name)
+    check(campaign_for(LlamaCppDriver).case(scenario, method), scenario, reliability)
+
+
+def test_lilicorr_accepts_at_least_the_dflash_control_on_held_out_prompts():
+    check_lilicorr_earns_its_cost(campaign_for(LlamaCppDriver), HELD_OUT_SCENARIOS[0].name)

@@ -162,6 +162,8 @@ class Driver(ABC):
     vision_family: str
     # True: the engine reports speculative counters only server-wide (diffed around a scenario)
     server_wide_counters = False
+    # scenarios this engine runs besides the shared list (see scenarios.py)
+    extra_scenarios: tuple[Scenario, ...] = ()
 
     def family(self, scenario: Scenario) -> str:
         return self.vision_family if scenario.family == "vision" else scenario.family

@@ -4,8 +4,8 @@ How the axes are exercised here:
 - numerics: f32 KV caches (target and draft) and no flash attention, so the target computes a
   position the same way whether it decodes one token or verifies a drafted block;
 - slots: 4 slots sharing one unified KV pool (`-np 4 -kvu`, what llama-server sets up when users
-  give no `-np`): when a request starts, idle slots' caches (target and draft) are saved to the
-  host-RAM prompt cache and cleared from the pool;
+  give no `-np`; 2 in the two_slots configuration): when a request starts, idle slots' caches
+  (target and draft) are saved to the host-RAM prompt cache and cleared from the pool;
 - batch: one /completion request carrying every prompt (llama-server's multi-prompt API);
   concurrent: one request per prompt, all at once;
 - prefix caching: `cache_prompt`; a run fails unless every repeated prefix was read from the
@@ -27,7 +27,7 @@ import time
 
 from ..compare import Counters, Output, Run
 from ..prompts import Request
-from ..scenarios import Scenario
+from ..scenarios import HELD_OUT_SCENARIOS, TWO_SLOTS, Scenario
 from .base import (FIXTURES, REPO, Driver, EngineProcess, Method, each_request, free_port,
                    http_json, metrics)
 
@@ -77,6 +77,7 @@ class LlamaCppDriver(Driver):
     engine = "llamacpp"
     vision_family = "lfm2_vl"
     server_wide_counters = True
+    extra_scenarios = (TWO_SLOTS, *HELD_OUT_SCENARIOS)
     methods = (
         Method("draft-dflash", "dflash", ours=False, max_draft=7),
         Method("draft-dflash-lilicorr", "lilicorr", ours=True, max_draft=7),
@@ -95,8 +96,11 @@ class LlamaCppDriver(Driver):
 
     def start(self, config: str, family: str, method: Method) -> EngineProcess:
         port = free_port(PORTS)
+        args = list(COMMON_ARGS)
+        if config == "two_slots":
+            args[args.index("-np") + 1] = "2"
         argv = [str(LLAMA_SERVER), "-m", str(gguf(family, "target")),
-                "--host", "127.0.0.1", "--port", str(port), *COMMON_ARGS]
+                "--host", "127.0.0.1", "--port", str(port), *args]
         if config == "vision":
             argv += ["--mmproj", str(gguf(family, "mmproj"))]
         argv += speculative_args(method, family)
