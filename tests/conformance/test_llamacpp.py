@@ -33,5 +33,6 @@ def test_spec_commands_on_held_out_prompts(scenario, method_name, reliability):
     check(campaign_for(LlamaCppDriver).case(scenario, method), scenario, reliability)
 
 
-def test_lilicorr_accepts_at_least_the_dflash_control_on_held_out_prompts():
-    check_lilicorr_earns_its_cost(campaign_for(LlamaCppDriver), HELD_OUT_SCENARIOS[0].name)
+@pytest.mark.parametrize("scenario", HELD_OUT_SCENARIOS, ids=lambda s: s.name)
+def test_lilicorr_accepts_at_least_the_dflash_control_on_held_out_prompts(scenario):
+    check_lilicorr_earns_its_cost(campaign_for(LlamaCppDriver), scenario.name)
