@@ -70,11 +70,10 @@ def prompt_set(name: str) -> tuple[Request, ...]:
         return tuple(Request(tuple(s.prompt(random.Random(17 + i).choice((24, 40, 56, 72)))))
                      for i in range(24))
     if name == "held_out":  # the prompts fixtures/REPORT.md was measured on
-        from blockdraft.fixtures.evaluate import held_out_prompts, held_out_sampler
+        from blockdraft.fixtures.evaluate import plan_prompts
 
         plan = json.loads((REPO / "fixtures/manifest.json").read_text())["plan"]
-        sampler = held_out_sampler(CORPUS, tokenizer(), plan["chat_fraction"])
-        return tuple(Request(tuple(p)) for p in held_out_prompts(sampler, plan["budget"]["eval_prompts"]))
+        return tuple(Request(tuple(p)) for p in plan_prompts(plan, CORPUS, tokenizer()))
     if name == "mixed8":
         s = _sampler(0.2, 12)
         return tuple(Request(tuple(s.prompt(n))) for n in (16, 200, 40, 120, 24, 88, 64, 152))
