@@ -26,3 +26,9 @@ def tiny_build(tmp_path_factory) -> Path:
     out = root / "materialized"
     assert fixtures_main(["materialize", "--root", str(root), "--out", str(out)]) == 0
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_shape() -> list[str]:
+    """The builder options of tiny_build's shape (to build more of it)."""
+    return TINY_SHAPE

@@ -4,11 +4,13 @@ drafter kind reproduces the target's greedy output, accepts tokens, and validate
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
 
 from blockdraft.drafter import load_drafter
+from blockdraft.fixtures.__main__ import main as fixtures_main
 from blockdraft.loop import greedy_generate, speculative_generate
 from blockdraft.specs import validate_drafter
 from blockdraft.target import HFTarget
@@ -87,3 +89,17 @@ def test_manifest_describes_the_store(tiny_build):
         path = tiny_build.parent / name
         assert path.stat().st_size == entry["bytes"]
     assert manifest["plan"]["drafter"]["block_size"] == 6
+
+
+def test_rebuilding_one_family_keeps_the_others(tiny_build, tiny_shape, tmp_path):
+    """`build --targets lfm2 --reuse target` retrains LFM2's drafters only: the manifest keeps
+    Qwen3's figures and both target shapes in its plan (what the committed fixtures were made with)."""
+    before = json.loads((tiny_build.parent / "manifest.json").read_text())
+    root = tmp_path / "fixtures"
+    shutil.copytree(tiny_build.parent, root, ignore=shutil.ignore_patterns("materialized"))
+    assert fixtures_main(["build", "--root", str(root), "--quick", "--targets", "lfm2",
+                          "--reuse", "target", *tiny_shape]) == 0
+    after = json.loads((root / "manifest.json").read_text())
+    assert after["plan"] == before["plan"]
+    assert after["targets"]["qwen3"] == before["targets"]["qwen3"]
+    assert after["targets"]["lfm2"]["reused"] == "target"
