@@ -21,9 +21,6 @@ FIXTURES = REPO / "build" / "fixtures"
 AL_FLOOR = 3.0  # issue 3's quality floor, every drafter
 NUM_DRAFT = 7
 MANIFEST = json.loads((REPO / "fixtures/manifest.json").read_text())
-# issue 3: families whose drafters stay below the floor (at 7 drafted tokens, these prompts)
-BELOW_THE_FLOOR = {"lfm2": "issue 3: DFlash reaches AL 2.97 on LFM2 (LiLiCorr 3.00, DSpark 3.18) "
-                           "after three refine cycles; the floor needs a better-trained backbone"}
 
 
 def test_store_matches_its_manifest():
@@ -68,9 +65,7 @@ def test_speculation_is_lossless(measured):
         assert q.lossless == q.prompts, f"{kind}: {q.lossless}/{q.prompts} outputs equal plain greedy"
 
 
-def test_drafters_reach_the_acceptance_floor(measured, request):
-    if measured[0] in BELOW_THE_FLOOR:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=BELOW_THE_FLOOR[measured[0]]))
+def test_drafters_reach_the_acceptance_floor(measured):
     lengths = acceptance_lengths(measured)
     assert min(lengths.values()) >= AL_FLOOR, lengths
 
