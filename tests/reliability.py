@@ -40,6 +40,9 @@ def pytest_sessionfinish(session, exitstatus):
     if not _rows:
         return
     ROWS_FILE.parent.mkdir(parents=True, exist_ok=True)
-    with ROWS_FILE.open("a") as f:
-        for row in _rows:
-            f.write(json.dumps({**row, "verdict": _verdicts.get(row["test"], "not run")}) + "\n")
+    lines = "".join(json.dumps({**row, "verdict": _verdicts.get(row["test"], "not run")}) + "\n"
+                    for row in _rows)
+    # one unbuffered append: ci/test.sh runs several sessions at once, and a single O_APPEND
+    # write does not interleave with theirs
+    with ROWS_FILE.open("ab", buffering=0) as f:
+        f.write(lines.encode())
