@@ -7,11 +7,10 @@ ci/setup.sh || exit 1
 mkdir -p reports build/logs
 rm -f reports/reliability/rows.jsonl  # the suites append this run's rows
 status=0
-# suite NAME VENV PYTEST-ARGS...: one pytest session, its output in build/logs/test-NAME.log
+# suite NAME VENV: pytest tests/NAME in .venvs/VENV, its output in build/logs/test-NAME.log
 suite() {
-  local name=$1 venv=$2; shift 2
-  { echo "=== pytest $* (.venvs/$venv)"; ".venvs/$venv/bin/python" -m pytest -rs --durations=15 "$@"; } \
-    > "build/logs/test-$name.log" 2>&1
+  { echo "=== pytest tests/$1 (.venvs/$2)"; ".venvs/$2/bin/python" -m pytest -rs --durations=15 "tests/$1"; } \
+    > "build/logs/test-$1.log" 2>&1
 }
 # finish NAME RC: print the suite's output; 5 = no tests collected, not a failure
 finish() {
@@ -21,15 +20,13 @@ finish() {
 # The engine suites spend most of their time in engine start-ups (imports, loading, polling
 # for readiness) that leave a core idle, so they run beside the core suite, which keeps both
 # cores busy measuring the fixtures: 16 minutes instead of 21 one after the other (2 cores).
-names=(core vllm sglang llamacpp) pids=()
-echo "=== tests/{core,vllm,sglang,llamacpp} side by side (progress: build/logs/test-<suite>.log)"
-suite core core tests/core & pids+=($!)
-suite vllm vllm tests/vllm & pids+=($!)
-suite sglang sglang tests/sglang & pids+=($!)
-suite llamacpp core tests/llamacpp & pids+=($!)
-for i in "${!names[@]}"; do wait "${pids[$i]}"; finish "${names[$i]}" $?; done
+side_by_side=(core:core vllm:vllm sglang:sglang llamacpp:core)  # NAME:VENV
+echo "=== tests side by side: ${side_by_side[*]%%:*} (progress: build/logs/test-<suite>.log)"
+pids=()
+for entry in "${side_by_side[@]}"; do suite "${entry%%:*}" "${entry#*:}" & pids+=($!); done
+for i in "${!side_by_side[@]}"; do wait "${pids[$i]}"; finish "${side_by_side[$i]%%:*}" $?; done
 # Conformance runs alone: its load and fault scenarios (bursts, preemption, disconnects) are
 # meant to load the engine under test, not to share the cores with other suites.
-suite conformance core tests/conformance; finish conformance $?
+suite conformance core; finish conformance $?
 .venvs/core/bin/python ci/reliability.py || status=1
 exit $status
