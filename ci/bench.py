@@ -6,7 +6,9 @@ API, which all three engines serve); acceptance from each engine's own counters 
 /metrics for vLLM and llama.cpp, /server_info for SGLang); peak memory from the server
 processes' VmHWM; the acceptance rate at each draft position where the engine counts it (vLLM).
 Every figure is also given as a ratio to the no-speculation row of the same
-engine and concurrency. Writes reports/bench/bench.{json,md,png}.
+engine and concurrency. Outputs at concurrency 1 are compared with the no-speculation run's and
+any difference gets the float32 reference's verdict (blockdraft/verdict.py), listed in the report;
+the command exits non-zero on a bug (speculation departing where the target is sure). Writes reports/bench/bench.{json,md,png}.
 
     .venvs/core/bin/python ci/bench.py [--engines vllm,sglang,llamacpp] [--prompts 8]
 """
@@ -30,7 +32,8 @@ from tests.conformance.drivers.base import BASELINE, FIXTURES, Driver, EnginePro
 from tests.conformance.drivers.llamacpp import LlamaCppDriver  # noqa: E402
 from tests.conformance.drivers.sglang import SglangDriver  # noqa: E402
 from tests.conformance.drivers.vllm import VllmDriver  # noqa: E402
-from tests.conformance.prompts import prompt_set, tokenizer  # noqa: E402
+from blockdraft.verdict import reference_for  # noqa: E402
+from tests.conformance.prompts import prompt_set, text_ids, tokenizer  # noqa: E402
 
 OUT = REPO / "reports" / "bench"
 VLLM_BENCH = REPO / ".venvs" / "vllm" / "bin" / "vllm"
@@ -55,6 +58,10 @@ class Measurement:
     speedup: float = 1.0               # decode tokens/s over the no-speculation row
     ttft_ratio: float = 1.0
     memory_ratio: float = 1.0
+    # concurrency 1: each prompt's output as generated, and the verdicts on those that differ
+    # from the no-speculation row's
+    generated_texts: list[str] = field(default_factory=list, repr=False)
+    verdicts: list[str] = field(default_factory=list)
 
 
 def peak_memory_mb(engine: EngineProcess) -> float:
@@ -73,10 +80,14 @@ def peak_memory_mb(engine: EngineProcess) -> float:
     return total_kb / 1024
 
 
+def prompt_texts(count: int) -> list[str]:
+    requests = [r for name in ("in_domain", "mixed8") for r in prompt_set(name)][:count]
+    return [tokenizer().decode(list(r.prompt_ids)) for r in requests]
+
+
 def write_prompts(path: Path, count: int) -> None:
-    prompts = [r for name in ("in_domain", "mixed8") for r in prompt_set(name)][:count]
-    path.write_text("".join(json.dumps({"prompt": tokenizer().decode(list(r.prompt_ids)),
-                                        "output_tokens": OUTPUT_TOKENS}) + "\n" for r in prompts))
+    path.write_text("".join(json.dumps({"prompt": text, "output_tokens": OUTPUT_TOKENS}) + "\n"
+                            for text in prompt_texts(count)))
 
 
 def vllm_bench(engine: EngineProcess, prompts: Path, count: int, concurrency: int) -> dict:
@@ -87,7 +98,7 @@ def vllm_bench(engine: EngineProcess, prompts: Path, count: int, concurrency: in
                     "--dataset-path", str(prompts), "--custom-output-len", str(OUTPUT_TOKENS),
                     "--skip-chat-template", "--disable-shuffle", "--num-prompts", str(count),
                     "--max-concurrency", str(concurrency), "--temperature", "0", "--ignore-eos",
-                    "--save-result", "--result-dir", str(OUT), "--result-filename", result.name],
+                    "--save-result", "--save-detailed", "--result-dir", str(OUT), "--result-filename", result.name],
                    check=True, capture_output=True, text=True, cwd=REPO)
     return json.loads(result.read_text())
 
@@ -122,8 +133,27 @@ def measure(driver: Driver, method: Method, prompts: Path, count: int) -> list[M
                 driver.engine, method.name, method.ours, concurrency, round(al, 3),
                 method.max_draft if method.drafter else 0, round(tps, 1),
                 round(r["mean_ttft_ms"], 1), round(r["mean_tpot_ms"], 2),
-                round(peak_memory_mb(engine), 1), per_position))
+                round(peak_memory_mb(engine), 1), per_position,
+                generated_texts=r["generated_texts"] if concurrency == 1 else []))
     return rows
+
+
+def judge_outputs(rows: list[Measurement], prompts: list[str]) -> int:
+    """The verdict on every concurrency-1 output that differs from no speculation's; returns
+    the number of bugs."""
+    bugs = 0
+    reference = reference_for(FIXTURES / "qwen3/target")
+    for row in rows:
+        base = next(b for b in rows if b.engine == row.engine and b.method == BASELINE.name
+                    and b.concurrency == row.concurrency)
+        if row is base or not row.generated_texts:
+            continue
+        for i, (prompt, a, b) in enumerate(zip(prompts, base.generated_texts, row.generated_texts)):
+            if a != b:
+                verdict = reference.judge(text_ids(prompt), text_ids(a), text_ids(b))
+                row.verdicts.append(f"prompt {i}: {verdict}")
+                bugs += verdict.is_bug
+    return bugs
 
 
 def add_ratios(rows: list[Measurement]) -> None:
@@ -149,7 +179,18 @@ def markdown(rows: list[Measurement], header: str) -> str:
                      f"{r.acceptance_length}{drafted} | {r.decode_tokens_per_second} | "
                      f"{r.speedup}x | {cost} | {r.mean_ttft_ms} ({r.ttft_ratio}) | "
                      f"{r.peak_memory_mb:.0f} ({r.memory_ratio}) |")
-    return "\n".join(lines + position_table(rows)) + "\n"
+    return "\n".join(lines + position_table(rows) + output_verdicts(rows)) + "\n"
+
+
+def output_verdicts(rows: list[Measurement]) -> list[str]:
+    judged = [r for r in rows if r.generated_texts and r.max_draft]
+    lines = ["", "Outputs at concurrency 1 against no speculation (differences judged by the "
+             "float32 reference):", ""]
+    for r in judged:
+        same = len(r.generated_texts) - len(r.verdicts)
+        lines.append(f"- {r.engine} / {r.method}: {same}/{len(r.generated_texts)} identical"
+                     + "".join(f"; {v}" for v in r.verdicts))
+    return lines if judged else []
 
 
 def position_table(rows: list[Measurement]) -> list[str]:
@@ -201,6 +242,7 @@ def main() -> int:
             print(f"== {name} / {method.name}", flush=True)
             rows += measure(driver, method, prompts, args.prompts)
     add_ratios(rows)
+    bugs = judge_outputs(rows, prompt_texts(args.prompts))
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.machine())
     header = (f"# Benchmark ({time.strftime('%Y-%m-%d')}, {cpu}, {len(os.sched_getaffinity(0))} cores, "
@@ -209,7 +251,7 @@ def main() -> int:
     (OUT / "bench.md").write_text(markdown(rows, header))
     chart(rows, OUT / "bench.png")
     print(markdown(rows, header))
-    return 0
+    return 1 if bugs else 0
 
 
 if __name__ == "__main__":

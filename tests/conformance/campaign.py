@@ -8,8 +8,10 @@ once per method, whatever order pytest runs the cases in.
 
 from __future__ import annotations
 
+from blockdraft.verdict import FloatReference, reference_for
+
 from .compare import CaseResult, Run, judge
-from .drivers.base import BASELINE, Driver, Method
+from .drivers.base import BASELINE, FIXTURES, Driver, Method
 from .prompts import prompt_set
 from .scenarios import SCENARIOS, Scenario
 
@@ -53,6 +55,13 @@ class Campaign:
             raise run
         return run
 
+    def baseline(self, scenario: Scenario) -> Run:
+        """The no-speculation run of a scenario (with top-2 log-probs where it compares)."""
+        return self._run(scenario, BASELINE)
+
+    def reference(self, scenario: Scenario) -> FloatReference:
+        return reference_for(FIXTURES / self.driver.family(scenario) / "target")
+
     def acceptance_length(self, scenario: Scenario, method: Method) -> float:
         """The engine's acceptance length over the method's run of the scenario."""
         return self._run(scenario, method).counters.acceptance_length
@@ -69,7 +78,8 @@ class Campaign:
             try:
                 result = judge(self.driver.engine, scenario, method.name, family,
                                self._run(scenario, BASELINE), self._run(scenario, method),
-                               method.max_draft, method.ours)
+                               method.max_draft, method.ours, prompt_set(scenario.prompts),
+                               lambda: self.reference(scenario))
             except Exception as exc:
                 result = CaseResult(self.driver.engine, scenario.name, method.name, family, "fail",
                                     f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}")

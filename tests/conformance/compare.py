@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
-from .scenarios import NEAR_TIE_EPSILON, Scenario
+from blockdraft.verdict import NEAR_TIE_EPSILON, FloatReference, first_difference
+
+from .prompts import Request, text_ids
+from .scenarios import Scenario
 
 
 @dataclass
@@ -58,23 +62,58 @@ class Run:
 @dataclass
 class Divergence:
     prompt: int
-    position: int      # token index, or character index where the request was streamed
-    gap: float | None  # the target's top1-top2 log-prob gap there (None: not reported)
+    position: int      # first differing token (of the re-tokenised texts where streamed)
+    gap: float | None  # top1-top2 logit gap there: the float32 reference's, else the engine's
+    # the reference's verdict (blockdraft.verdict); "" where there is none (image prompts)
+    verdict: str = ""
+    speculation_matches: bool = False  # speculation chose the reference's token
     streamed: bool = False
+
+    def fails(self, exact: bool) -> bool:
+        """A bug; with numerics controlled (exact), also any departure of speculation from the
+        reference, near-tie or not. Without a reference: any divergence where exact, else one
+        the engine's own gap does not show to be a near-tie."""
+        if self.verdict:
+            return self.verdict.startswith("BUG") or (exact and not self.speculation_matches)
+        return exact or self.gap is None or self.gap >= NEAR_TIE_EPSILON
+
+    def describe(self) -> str:
+        if self.verdict:
+            return f"prompt {self.prompt}: {self.verdict}"
+        unit = "character" if self.streamed else "token"
+        gap = "unknown" if self.gap is None else f"{self.gap:.4f}"
+        return (f"prompt {self.prompt} diverges at {unit} {self.position} "
+                f"(engine gap {gap}, no reference)")
 
 
 def first_divergence(baseline: Output, spec: Output) -> int | None:
     """The first differing token, or character for streamed outputs (None: identical)."""
     if baseline.streamed_text is not None or spec.streamed_text is not None:
-        a, b = baseline.streamed_text or "", spec.streamed_text or ""
+        return first_difference(baseline.streamed_text or "", spec.streamed_text or "")
+    return first_difference(baseline.token_ids, spec.token_ids)
+
+
+def divergence(index: int, request: Request | None, baseline: Output, spec: Output,
+               reference: Callable[[], FloatReference] | None) -> Divergence | None:
+    """Where and why the outputs of one prompt differ, judged against the float32 reference
+    where the prompt is text (an image prompt's pixels reach each engine its own way)."""
+    position = first_divergence(baseline, spec)
+    if position is None:
+        return None
+    streamed = spec.streamed_text is not None or baseline.streamed_text is not None
+    if reference is None or request is None or request.image is not None:
+        return Divergence(index, position, None if streamed else gap_at(baseline, position),
+                          streamed=streamed)
+    if streamed:  # streams carry text: the shared prefix is re-tokenised
+        base_ids, spec_ids = text_ids(baseline.streamed_text or ""), text_ids(spec.streamed_text or "")
     else:
-        a, b = baseline.token_ids, spec.token_ids
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    if len(a) != len(b):
-        return min(len(a), len(b))
-    return None
+        base_ids, spec_ids = baseline.token_ids, spec.token_ids
+    verdict = reference().judge(request.prompt_ids, base_ids, spec_ids)
+    if verdict.kind == "identical":
+        return Divergence(index, position, None, "BUG: the texts differ, their tokens do not",
+                          streamed=streamed)
+    return Divergence(index, verdict.position, verdict.gap, str(verdict),
+                      verdict.matches == "speculation", streamed)
 
 
 def gap_at(output: Output, position: int) -> float | None:
@@ -106,9 +145,12 @@ class CaseResult:
 
 
 def judge(engine: str, scenario: Scenario, method: str, family: str, baseline: Run, spec: Run,
-          max_draft: int, ours: bool = False) -> CaseResult:
+          max_draft: int, ours: bool = False, requests: Sequence[Request] = (),
+          reference: Callable[[], FloatReference] | None = None) -> CaseResult:
     """Compare a speculative run with the baseline and check speculation really ran (and, for
-    ``ours``, reached the scenario's floor for our methods)."""
+    ``ours``, reached the scenario's floor for our methods). Differing outputs are judged
+    against ``reference`` (the family's float32 target, loaded on first use) at the prompts
+    ``requests``; without them, by the baseline engine's own top1-top2 gap."""
     c = spec.counters
     floor = max(scenario.al_floor, scenario.ours_al_floor if ours else 0.0)
     result = CaseResult(engine, scenario.name, method, family, "pass", drafts=c.drafts,
@@ -127,24 +169,12 @@ def judge(engine: str, scenario: Scenario, method: str, family: str, baseline: R
         if output.num_tokens > scenario.max_tokens:
             problems.append(f"prompt {i}: {output.num_tokens} tokens > max_tokens {scenario.max_tokens}")
     if scenario.compares_outputs:
-        equal = 0
         for i, (base, out) in enumerate(zip(baseline.outputs, spec.outputs)):
-            position = first_divergence(base, out)
-            if position is None:
-                equal += 1
-            else:
-                streamed = out.streamed_text is not None
-                result.divergences.append(Divergence(
-                    i, position, None if streamed else gap_at(base, position), streamed))
-        result.equal = f"{equal}/{len(spec.outputs)}"
-        for d in result.divergences:
-            near_tie = d.gap is not None and d.gap < NEAR_TIE_EPSILON
-            if scenario.exact or not near_tie:
-                if d.streamed:
-                    problems.append(f"prompt {d.prompt} (streamed) diverges at character {d.position}")
-                    continue
-                gap = "unknown" if d.gap is None else f"{d.gap:.4f}"
-                problems.append(f"prompt {d.prompt} diverges at token {d.position} (gap {gap})")
+            d = divergence(i, requests[i] if i < len(requests) else None, base, out, reference)
+            if d is not None:
+                result.divergences.append(d)
+        result.equal = f"{len(spec.outputs) - len(result.divergences)}/{len(spec.outputs)}"
+        problems += [d.describe() for d in result.divergences if d.fails(scenario.exact)]
         if not problems and result.divergences:
             result.status = "near-tie"
     elif len(spec.outputs) != len(baseline.outputs) or any(not o.num_tokens for o in spec.outputs):

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from blockdraft.verdict import NEAR_TIE_EPSILON
+
 from . import report
 from .campaign import Campaign
+from .prompts import prompt_set
 from .scenarios import SCENARIOS
 
 CAMPAIGNS: dict[str, Campaign] = {}
@@ -39,8 +42,9 @@ def check(result, scenario, reliability) -> None:
 def outcome(result) -> str:
     if result.status in ("pass", "near-tie"):
         sent = result.equal.split("/")[1]
-        return (f"{sent} requests sent, {sent} completed, {result.equal} equal to no speculation, "
-                f"0 errors; AL {result.acceptance_length}; server healthy after")
+        differing = "".join(f"; {d.describe()}" for d in result.divergences)
+        return (f"{sent} requests sent, {sent} completed, {result.equal} equal to no speculation"
+                f"{differing}, 0 errors; AL {result.acceptance_length}; server healthy after")
     return f"{result.status}: {result.reason}"
 
 
@@ -54,3 +58,24 @@ def check_lilicorr_earns_its_cost(campaign: Campaign, scenario_name: str = "one_
                          for kind in ("dflash", "lilicorr"))
     print(f"{campaign.driver.engine} {scenario.name}: AL dflash {control:.3f}, lilicorr {lilicorr:.3f}")
     assert lilicorr >= control, f"LiLiCorr AL {lilicorr:.3f} < DFlash control's {control:.3f}"
+
+
+def check_gaps_match_the_reference(campaign: Campaign, scenario_name: str = "one_request") -> None:
+    """NEAR_TIE_EPSILON's premise, re-measured in every run: in float32 the engine's own
+    top1-top2 gaps (its top-2 log-probs without speculation) stay far below it from the float32
+    reference's, so a flip of a gap of NEAR_TIE_EPSILON or more is not rounding."""
+    scenario = next(s for s in campaign.scenarios if s.name == scenario_name)
+    reference = campaign.reference(scenario)
+    deviations = [abs(top[0] - top[1] - gap)
+                  for request, output in zip(prompt_set(scenario.prompts),
+                                             campaign.baseline(scenario).outputs)
+                  for top, gap in zip(output.top2_logprobs or [],
+                                      reference.gaps(request.prompt_ids, output.token_ids))]
+    assert deviations, "the baseline returned no top-2 log-probs"
+    deviations.sort()
+    print(f"{campaign.driver.engine} {scenario.name}: |engine gap - reference gap| over "
+          f"{len(deviations)} positions: median {deviations[len(deviations) // 2]:.1e}, "
+          f"max {deviations[-1]:.1e}")
+    assert deviations[-1] < NEAR_TIE_EPSILON / 10, (
+        f"the engine's gaps are up to {deviations[-1]:.4f} off the float32 reference's: "
+        f"not float32 noise, so NEAR_TIE_EPSILON ({NEAR_TIE_EPSILON}) would hide real departures")

@@ -38,8 +38,9 @@ def write(engine: str, results: list[CaseResult], notes: dict[str, str]) -> Path
         lines.append(f"| {scenario} | " + " | ".join(cells) + " |")
     near = [r for r in results if r.status == "near-tie"]
     if near:
-        lines += ["", "Near-ties accepted (divergence where the target's top1-top2 gap < epsilon):"]
-        lines += [f"- {r.scenario} / {r.method}: {[(d.prompt, d.position, d.gap) for d in r.divergences]}"
+        lines += ["", "Divergences accepted (judged against the float32 reference, "
+                  "blockdraft/verdict.py):"]
+        lines += [f"- {r.scenario} / {r.method}: " + "; ".join(d.describe() for d in r.divergences)
                   for r in near]
     if notes:
         lines += ["", "Notes:"] + [f"- {k}: {v}" for k, v in notes.items()]

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import campaign_for, check, check_lilicorr_earns_its_cost
+from .conftest import (campaign_for, check, check_gaps_match_the_reference,
+                       check_lilicorr_earns_its_cost)
 from .drivers.llamacpp import LlamaCppDriver
 from .scenarios import HELD_OUT_SCENARIOS, SCENARIOS, TWO_SLOTS
 
@@ -36,3 +37,7 @@ def test_spec_commands_on_held_out_prompts(scenario, method_name, reliability):
 @pytest.mark.parametrize("scenario", HELD_OUT_SCENARIOS, ids=lambda s: s.name)
 def test_lilicorr_accepts_at_least_the_dflash_control_on_held_out_prompts(scenario):
     check_lilicorr_earns_its_cost(campaign_for(LlamaCppDriver), scenario.name)
+
+
+def test_baseline_gaps_match_the_float32_reference():
+    check_gaps_match_the_reference(campaign_for(LlamaCppDriver))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import campaign_for, check
+from .conftest import campaign_for, check, check_gaps_match_the_reference
 from .drivers.base import BASELINE
 from .drivers.sglang import CHUNK, SglangDriver, not_exercised
 from .prompts import Request
@@ -75,3 +75,8 @@ def test_hybrid_target_must_accept_some_block_in_part():
     partial = [1, 0, 3] + [0] * (DSPARK.max_draft - 2)
     assert _problem("hybrid_partial_acceptance", [{"spec_correct_drafts_histogram": partial}]) is None
     assert _problem("hybrid_partial_acceptance", [{}], method=BASELINE) is None
+
+
+@pytest.mark.slow
+def test_baseline_gaps_match_the_float32_reference():
+    check_gaps_match_the_reference(campaign_for(SglangDriver))

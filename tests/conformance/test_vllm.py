@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import campaign_for, check, check_lilicorr_earns_its_cost
+from .conftest import campaign_for, check, check_gaps_match_the_reference, check_lilicorr_earns_its_cost
 from .drivers.vllm import VllmDriver
 from .scenarios import SCENARIOS
 
@@ -20,3 +20,7 @@ def test_vllm(scenario, method, reliability):
 
 def test_lilicorr_accepts_at_least_the_dflash_control():
     check_lilicorr_earns_its_cost(campaign_for(VllmDriver))
+
+
+def test_baseline_gaps_match_the_float32_reference():
+    check_gaps_match_the_reference(campaign_for(VllmDriver))
