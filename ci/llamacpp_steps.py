@@ -31,9 +31,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.conformance.drivers.base import BASELINE, EngineProcess, free_port, http_json  # noqa: E402
-from tests.conformance.drivers.llamacpp import (COMMON_ARGS, LLAMA_SERVER, PORTS, LlamaCppDriver,  # noqa: E402
-                                                gguf, speculative_args)
+from tests.conformance.drivers.base import BASELINE, EngineProcess, http_json  # noqa: E402
+from tests.conformance.drivers.llamacpp import LLAMA_SERVER, LlamaCppDriver, gguf  # noqa: E402
 from tests.conformance.prompts import prompt_set  # noqa: E402
 
 sys.path.insert(0, str(LLAMA_SERVER.parents[2] / "gguf-py"))  # the pinned tree's reader
@@ -46,11 +45,12 @@ STATS = re.compile(r"#calls\(b,g,a\) = +(\d+) +(\d+) +(\d+).*?#mean acc len = ([
 
 
 def server(family: str, method) -> EngineProcess:
-    args = list(COMMON_ARGS)
-    args[args.index("-np") + 1] = "1"  # one slot: one set of speculative statistics
-    argv = [str(LLAMA_SERVER), "-m", str(gguf(family, "target")), "--host", "127.0.0.1",
-            "--port", str(port := free_port(PORTS)), *args, "-lv", "4", *speculative_args(method, family)]
-    return EngineProcess(f"llamacpp-steps-{family}-{method.name}", argv, port, "/health", method)
+    """The conformance suite's server, with one slot (one set of speculative statistics) and the
+    trace verbosity at which common_speculative prints them."""
+    engine = LlamaCppDriver().start("default", family, method)
+    engine.argv[engine.argv.index("-np") + 1] = "1"
+    engine.argv += ["-lv", "4"]
+    return engine
 
 
 def complete(engine: EngineProcess, prompt: list[int], n_predict: int, cache: bool) -> dict:
@@ -76,14 +76,24 @@ def measure(family: str, method, prompts: list[list[int]], windows: list[int]) -
                     raise RuntimeError(f"llama-server never evaluated exactly {n} new prompt tokens")
                 row[f"T_verify_{n}_ms"] = statistics.median(verify)
             return row
-    found = STATS.findall(engine.log_path.read_text(errors="replace"))
-    if not found:
+    stats = statistics_of(engine.log_path.read_text(errors="replace"))
+    if stats is None:
         raise RuntimeError(f"{method.name}: no speculative statistics in {engine.log_path}")
-    _, drafts, accepts, al, _, t_draft, _ = found[-1]
-    if int(accepts) == 0:
+    if stats["accepts"] == 0:
         raise RuntimeError(f"{method.name}: nothing was verified")
-    row.update(AL=float(al), T_draft_ms=float(t_draft) / int(drafts))
+    row.update(AL=stats["AL"], T_draft_ms=stats["draft_ms"] / stats["drafts"], steps=stats["accepts"],
+               tokens=sum(t["predicted_n"] for t in timings))
     return row
+
+
+def statistics_of(log: str) -> dict | None:
+    """The last statistics line common_speculative printed (cumulative over the server's requests):
+    its draft and accept call counts, mean acceptance length and draft time (the g of dur(b,g,a))."""
+    found = STATS.findall(log)
+    if not found:
+        return None
+    _, drafts, accepts, al, _, draft_ms, _ = found[-1]
+    return {"drafts": int(drafts), "accepts": int(accepts), "AL": float(al), "draft_ms": float(draft_ms)}
 
 
 # rows each LiLiCorr weight multiplies per block: every lattice node, every slot, or the anchor
@@ -95,7 +105,7 @@ HEAD_ROWS = {"token_proj": "nodes", "feat_up": "nodes", "feat_down": "nodes", "a
 
 def matmul_flops(family: str) -> dict:
     """FLOPs of one block's LiLiCorr head (its matrix products, from the GGUF's shapes), and of
-    one target forward over a verify window of 8 tokens (every weight matrix but the embedding)."""
+    one target token (every weight matrix but the embedding)."""
     head = GGUFReader(gguf(family, "lilicorr"))
     meta = {f.name: f.parts[-1][0] for f in head.fields.values() if f.name.startswith("dflash.")}
     slots = int(meta["dflash.block_size"]) - 1
@@ -113,7 +123,7 @@ def matmul_flops(family: str) -> dict:
     target_macs = sum(int(t.n_elements) for t in target.tensors
                       if len(t.shape) >= 2 and t.name != "token_embd.weight")
     return {"head_mflop_per_block": round(2 * macs / 1e6, 2),
-            "verify_8_mflop": round(2 * 8 * target_macs / 1e6, 2)}
+            "target_mflop_per_token": round(2 * target_macs / 1e6, 2)}
 
 
 def summarise(runs: list[dict], methods) -> list[dict]:
@@ -151,13 +161,15 @@ def markdown(rows: list[dict], flops: dict, family: str, n_prompts: int, repeat:
     if {"draft-dflash", "draft-dflash-lilicorr"} <= by_name.keys():
         # the LiLiCorr drafter is the DFlash drafter's backbone plus its head, in one graph
         head = by_name["draft-dflash-lilicorr"]["T_draft_ms"] - by_name["draft-dflash"]["T_draft_ms"]
-        verify = by_name["draft-dflash"]["T_verify_ms"]
+        dflash = by_name["draft-dflash"]
+        verify, window = dflash["T_verify_ms"], dflash["verify_window"]
+        verify_mflop = flops["target_mflop_per_token"] * window
         lines += ["", f"LiLiCorr head (LiLiCorr's T_draft - DFlash's): {head:.4f} ms per step, "
                   f"{head / by_name['draft-dflash']['step_ms']:.1%} of a DFlash step, for "
                   f"{flops['head_mflop_per_block']} MFLOP of matrix products "
-                  f"({flops['head_mflop_per_block'] / head:.0f} GFLOP/s); the target's verify window: "
-                  f"{flops['verify_8_mflop']} MFLOP in {verify:.4f} ms "
-                  f"({flops['verify_8_mflop'] / verify:.0f} GFLOP/s)."]
+                  f"({flops['head_mflop_per_block'] / head:.0f} GFLOP/s); the target's verify window "
+                  f"of {window} tokens: {verify_mflop:.2f} MFLOP in {verify:.4f} ms "
+                  f"({verify_mflop / verify:.0f} GFLOP/s)."]
     return "\n".join(lines) + "\n"
 
 
