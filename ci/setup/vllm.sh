@@ -37,8 +37,11 @@ EOF
 "$venv/bin/pip" install -q --no-deps --config-settings editable_mode=compat -e "$ROOT" -e "$ROOT/vllm_lilicorr"
 # pandas: `vllm bench serve --dataset-name custom` reads its prompts with it (ci/bench.py)
 "$venv/bin/pip" install -q pytest==9.2.0 pandas==3.1.1
-"$venv/bin/python" -c "import torchvision.ops, vllm._C, vllm.model_executor.models.llava
-from vllm.platforms import current_platform; assert current_platform.is_cpu(), current_platform"
+# import_kernels, not `import vllm._C`: the wheel carries _C (AVX512 + BF16), _C_AVX512 and _C_AVX2,
+# and vLLM's CPU platform loads the one this CPU runs (_C alone dies of SIGILL on an AVX2-only CPU)
+"$venv/bin/python" -c "import torchvision.ops, vllm.model_executor.models.llava
+from vllm.platforms import current_platform; assert current_platform.is_cpu(), current_platform
+current_platform.import_kernels(); import torch; torch.ops._C.onednn_mm"
 "$venv/bin/vllm" --version >/dev/null
 stamp_write vllm "$digest"
 say "vLLM environment ready"

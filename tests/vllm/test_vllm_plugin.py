@@ -98,8 +98,10 @@ def test_cpu_expand_replacement_fills_output_of_any_dtype(dtype):
 def test_upstream_cpu_expand_fallback_still_loses_float_output():
     """Why patch 4 exists; when this fails, vLLM fixed its fallback and the patch can go."""
     import torch
-    import vllm._C  # noqa: F401  (registers the C++ kernel)
+    from vllm.platforms import current_platform
     from vllm.utils.cpu_triton_utils import _expand_kernel_impl
+
+    current_platform.import_kernels()  # registers the C++ kernel built for this CPU
 
     values, cu = expand_inputs(torch.float32)
     output = torch.full((7,), -3.0)
