@@ -47,10 +47,12 @@ STATS = re.compile(r"#calls\(b,g,a\) = +(\d+) +(\d+) +(\d+).*?#mean acc len = ([
 def server(family: str, method) -> EngineProcess:
     """The conformance suite's server, with one slot (one set of speculative statistics) and the
     trace verbosity at which common_speculative prints them."""
-    engine = LlamaCppDriver().start("default", family, method)
-    engine.argv[engine.argv.index("-np") + 1] = "1"
-    engine.argv += ["-lv", "4"]
-    return engine
+    conformance = LlamaCppDriver().start("default", family, method)
+    argv = list(conformance.argv)
+    argv[argv.index("-np") + 1] = "1"
+    # a name of its own: the conformance server's log (reports/conformance/logs/) stays its own
+    return EngineProcess(f"llamacpp-steps-{family}-{method.name}", [*argv, "-lv", "4"], conformance.port,
+                         conformance.health_path, method)
 
 
 def complete(engine: EngineProcess, prompt: list[int], n_predict: int, cache: bool) -> dict:
@@ -160,12 +162,12 @@ def markdown(rows: list[dict], flops: dict, family: str, n_prompts: int, repeat:
     by_name = {r["method"]: r for r in rows}
     if {"draft-dflash", "draft-dflash-lilicorr"} <= by_name.keys():
         # the LiLiCorr drafter is the DFlash drafter's backbone plus its head, in one graph
-        head = by_name["draft-dflash-lilicorr"]["T_draft_ms"] - by_name["draft-dflash"]["T_draft_ms"]
         dflash = by_name["draft-dflash"]
+        head = by_name["draft-dflash-lilicorr"]["T_draft_ms"] - dflash["T_draft_ms"]
         verify, window = dflash["T_verify_ms"], dflash["verify_window"]
         verify_mflop = flops["target_mflop_per_token"] * window
         lines += ["", f"LiLiCorr head (LiLiCorr's T_draft - DFlash's): {head:.4f} ms per step, "
-                  f"{head / by_name['draft-dflash']['step_ms']:.1%} of a DFlash step, for "
+                  f"{head / dflash['step_ms']:.1%} of a DFlash step, for "
                   f"{flops['head_mflop_per_block']} MFLOP of matrix products "
                   f"({flops['head_mflop_per_block'] / head:.0f} GFLOP/s); the target's verify window "
                   f"of {window} tokens: {verify_mflop:.2f} MFLOP in {verify:.4f} ms "
