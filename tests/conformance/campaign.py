@@ -32,18 +32,24 @@ class Campaign:
             config, family = self._engine_key(scenario)
             group = [s for s in self.scenarios if self._engine_key(s) == (config, family)
                      and self.driver.unavailable(s, method) is None]
+            group.sort(key=lambda s: s.shutdown)  # the scenario that stops the engine comes last
             # failures are recorded per case: a broken engine fails its cases, a run that did not
             # exercise its axis fails its own case only
             try:
                 with self.driver.start(config, family, method) as engine:
                     for s in group:
-                        want_top2 = method is BASELINE and s.compares_outputs
+                        want_top2 = (method is BASELINE or s.logprobs) and s.compares_outputs
                         requests = prompt_set(s.prompts)
                         try:
                             if s.abandoned_streams:
                                 self.driver.drop_streams(engine, s, requests)
-                            run = self.driver.run(engine, s, requests, want_top2)
-                            engine.check_healthy(after=s.name)
+                            if s.shutdown:
+                                run = self.driver.shut_down_while_streaming(engine, s, requests)
+                            else:
+                                with engine.peak_rss() as peak:
+                                    run = self.driver.run(engine, s, requests, want_top2)
+                                run.peak_mb = round(peak.mb)
+                                engine.check_healthy(after=s.name)
                         except Exception as exc:
                             run = exc
                         self.runs[(s.name, method.name)] = run

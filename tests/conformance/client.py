@@ -3,7 +3,9 @@ time to first text and to the last; and clients that walk away mid-stream."""
 
 from __future__ import annotations
 
+import http.client
 import json
+import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -81,3 +83,58 @@ def abandon_streams(url: str, payloads: list[dict], chunks: int = 3, timeout: fl
 
     with ThreadPoolExecutor(len(payloads)) as pool:
         return sum(pool.map(cut, payloads))
+
+
+class LiveStreams:
+    """Streamed requests read in background threads until the server ends them or the
+    connection drops: how a server's shutdown looks from its clients."""
+
+    def __init__(self, url: str, payloads: list[dict], chunks: int = 3) -> None:
+        self.url, self.payloads, self.chunks = url, payloads, chunks
+        self.texts: list[list[str]] = [[] for _ in payloads]
+        self._started = [threading.Event() for _ in payloads]
+        self._threads = [threading.Thread(target=self._read, args=(i,), daemon=True)
+                         for i in range(len(payloads))]
+
+    def _read(self, index: int) -> None:
+        body = {**self.payloads[index], "stream": True}
+        request = urllib.request.Request(self.url, data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=600) as response:
+                for raw in response:
+                    line = raw.decode(errors="replace").strip()
+                    if not line.startswith("data:") or line == "data: [DONE]":
+                        continue
+                    for choice in json.loads(line[5:]).get("choices") or []:
+                        if choice.get("text"):
+                            self.texts[index].append(choice["text"])
+                    if len(self.texts[index]) >= self.chunks:
+                        self._started[index].set()
+        except (OSError, http.client.HTTPException, ValueError):
+            pass  # the server went away mid-stream
+        finally:
+            self._started[index].set()
+
+    def __enter__(self) -> "LiveStreams":
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.join(0)
+
+    def wait_started(self, timeout: float) -> bool:
+        """Every stream has read ``chunks`` text chunks (or ended)."""
+        deadline = time.time() + timeout
+        return all(event.wait(max(0.0, deadline - time.time())) for event in self._started)
+
+    def running(self) -> int:
+        return sum(thread.is_alive() for thread in self._threads)
+
+    def join(self, timeout: float) -> int:
+        """Wait for the streams to end; returns how many are still open."""
+        deadline = time.time() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.time()))
+        return self.running()

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 from blockdraft.verdict import NEAR_TIE_EPSILON, FloatReference, first_difference
 
-from .prompts import Request, text_ids
-from .scenarios import Scenario
+from .prompts import Request, text_ids, tokenizer
+from .scenarios import LOGPROB_TOLERANCE, Scenario
 
 
 @dataclass
@@ -16,7 +17,8 @@ class Output:
     """One request's result as an engine returned it."""
 
     token_ids: list[int]
-    # top-2 log-probs per generated position (baseline runs only): [[lp1, lp2], ...]
+    # top-2 log-probs per generated position (baseline runs, and speculative ones of a
+    # scenario that asks for them): [[lp1, lp2], ...]
     top2_logprobs: list[list[float]] | None = None
     finish_reason: str = ""
     # streamed requests (OpenAI server-sent events) carry text, not ids: the text as it
@@ -27,6 +29,10 @@ class Output:
     @property
     def num_tokens(self) -> int:
         return self.streamed_tokens if self.streamed_text is not None else len(self.token_ids)
+
+    @property
+    def text(self) -> str:
+        return self.streamed_text if self.streamed_text is not None else tokenizer().decode(self.token_ids)
 
 
 @dataclass
@@ -57,6 +63,11 @@ class Run:
     outputs: list[Output]
     counters: Counters
     seconds: float
+    peak_mb: float = 0.0  # the engine's resident memory at its highest during the run
+
+    @property
+    def tokens_per_second(self) -> float:
+        return sum(o.num_tokens for o in self.outputs) / self.seconds if self.seconds else 0.0
 
 
 @dataclass
@@ -139,9 +150,59 @@ class CaseResult:
     acceptance_length: float = 0.0
     seconds: float = 0.0
     baseline_seconds: float = 0.0
+    tokens_per_second: float = 0.0
+    baseline_tokens_per_second: float = 0.0
+    peak_mb: float = 0.0
+    baseline_peak_mb: float = 0.0
+    # scenarios asking for log-probs: the largest |speculative - baseline| top-2 log-prob
+    logprob_deviation: float | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def logprob_deviation(baseline: Output, spec: Output) -> float | None:
+    """The largest difference of the two runs' top-2 log-probs over the positions where both
+    generated the same tokens (None: the speculative run returned fewer of them)."""
+    same = first_difference(baseline.token_ids, spec.token_ids)
+    positions = len(baseline.token_ids) if same is None else same
+    base, ours = baseline.top2_logprobs or [], spec.top2_logprobs or []
+    if len(base) < positions or len(ours) < positions or any(
+            len(ours[i]) != len(base[i]) for i in range(positions)):
+        return None
+    return max((abs(a - b) for i in range(positions) for a, b in zip(base[i], ours[i])), default=0.0)
+
+
+def schema_violation(text: str, schema: dict) -> str | None:
+    """Why ``text`` is not a JSON value of ``schema`` (the subset the suite's schemas use:
+    objects with required and closed properties, enums, bounded integers, booleans), or None."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        return f"not JSON ({exc}): {text!r}"
+
+    def check(value, schema: dict, where: str) -> str | None:
+        kind = schema.get("type")
+        types = {"object": dict, "string": str, "boolean": bool, "integer": int}
+        if kind in types and (not isinstance(value, types[kind])
+                              or (kind == "integer" and isinstance(value, bool))):
+            return f"{where} is not of type {kind}: {value!r}"
+        if "enum" in schema and value not in schema["enum"]:
+            return f"{where} = {value!r} is not one of {schema['enum']}"
+        if kind == "integer" and not schema.get("minimum", value) <= value <= schema.get("maximum", value):
+            return f"{where} = {value} is out of range"
+        if kind == "object":
+            properties = schema.get("properties", {})
+            missing = [k for k in schema.get("required", []) if k not in value]
+            extra = [k for k in value if k not in properties]
+            if missing or (extra and schema.get("additionalProperties") is False):
+                return f"{where} misses {missing} or has extra keys {extra}"
+            for key, item in value.items():
+                if key in properties and (problem := check(item, properties[key], f"{where}.{key}")):
+                    return problem
+        return None
+
+    return check(value, schema, "$")
 
 
 def judge(engine: str, scenario: Scenario, method: str, family: str, baseline: Run, spec: Run,
@@ -156,7 +217,10 @@ def judge(engine: str, scenario: Scenario, method: str, family: str, baseline: R
     result = CaseResult(engine, scenario.name, method, family, "pass", drafts=c.drafts,
                         draft_tokens=c.draft_tokens, accepted_tokens=c.accepted_tokens,
                         acceptance_length=round(c.acceptance_length, 3),
-                        seconds=round(spec.seconds, 3), baseline_seconds=round(baseline.seconds, 3))
+                        seconds=round(spec.seconds, 3), baseline_seconds=round(baseline.seconds, 3),
+                        tokens_per_second=round(spec.tokens_per_second, 1),
+                        baseline_tokens_per_second=round(baseline.tokens_per_second, 1),
+                        peak_mb=spec.peak_mb, baseline_peak_mb=baseline.peak_mb)
     problems = []
     if c.drafts <= 0 or c.accepted_tokens <= 0:
         problems.append(f"speculation did not run or accepted nothing ({c.drafts} drafts, "
@@ -166,7 +230,9 @@ def judge(engine: str, scenario: Scenario, method: str, family: str, baseline: R
     elif scenario.compares_outputs and c.acceptance_length < floor:
         problems.append(f"acceptance length {c.acceptance_length:.2f} < floor {floor}")
     for i, output in enumerate(spec.outputs):
-        if output.num_tokens > scenario.max_tokens:
+        # a stream cut by a shutdown is counted by re-tokenising its text, which can split it
+        # into more tokens than were generated
+        if output.num_tokens > scenario.max_tokens and not scenario.shutdown:
             problems.append(f"prompt {i}: {output.num_tokens} tokens > max_tokens {scenario.max_tokens}")
     if scenario.compares_outputs:
         for i, (base, out) in enumerate(zip(baseline.outputs, spec.outputs)):
@@ -179,6 +245,23 @@ def judge(engine: str, scenario: Scenario, method: str, family: str, baseline: R
             result.status = "near-tie"
     elif len(spec.outputs) != len(baseline.outputs) or any(not o.num_tokens for o in spec.outputs):
         problems.append("not every request finished")
+    if scenario.logprobs:
+        deviations = [logprob_deviation(b, o) for b, o in zip(baseline.outputs, spec.outputs)]
+        missing = [i for i, d in enumerate(deviations) if d is None]
+        if missing:
+            problems.append(f"prompts {missing}: speculation returned fewer top-2 log-probs than "
+                            f"tokens (drafted tokens without the target's log-probs)")
+        else:
+            result.logprob_deviation = max(deviations, default=0.0)
+            if result.logprob_deviation > LOGPROB_TOLERANCE:
+                problems.append(f"log-probs differ by {result.logprob_deviation:.2e} > "
+                                f"{LOGPROB_TOLERANCE} from no speculation")
+    if scenario.json_schema:
+        schema = json.loads(scenario.json_schema)
+        for name, run in (("no speculation", baseline), ("speculation", spec)):
+            for i, output in enumerate(run.outputs):
+                if problem := schema_violation(output.text, schema):
+                    problems.append(f"{name}, prompt {i}: {problem}")
     if problems:
         result.status, result.reason = "fail", "; ".join(problems)
     return result

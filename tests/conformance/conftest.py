@@ -33,19 +33,33 @@ def check(result, scenario, reliability) -> None:
     reason (shown in the summary and the report, never counted as passed). A load or fault
     scenario also gives its row of the reliability table."""
     if scenario.fault:
-        reliability(result.engine, f"{scenario.fault} ({result.method})", outcome(result))
+        reliability(result.engine, f"{scenario.fault} ({result.method})", outcome(result, scenario))
     if result.status == "not available":
         pytest.skip(f"not available: {result.reason}")
     assert result.status in ("pass", "near-tie"), result.reason
 
 
-def outcome(result) -> str:
-    if result.status in ("pass", "near-tie"):
-        sent = result.equal.split("/")[1]
-        differing = "".join(f"; {d.describe()}" for d in result.divergences)
-        return (f"{sent} requests sent, {sent} completed, {result.equal} equal to no speculation"
-                f"{differing}, 0 errors; AL {result.acceptance_length}; server healthy after")
-    return f"{result.status}: {result.reason}"
+def outcome(result, scenario) -> str:
+    if result.status not in ("pass", "near-tie"):
+        return f"{result.status}: {result.reason}"
+    if scenario.shutdown:
+        return (f"the server exited {result.seconds} s after SIGTERM, every process of its group "
+                f"gone, every stream closed; AL {result.acceptance_length} before the signal")
+    sent = result.equal.split("/")[1]
+    differing = "".join(f"; {d.describe()}" for d in result.divergences)
+    figures = [f"AL {result.acceptance_length}"]
+    if scenario.logprobs:
+        figures.append(f"top-2 log-probs within {result.logprob_deviation:.1e} of no speculation")
+    if scenario.json_schema:
+        figures.append("every output parses as the schema's object")
+    if scenario.in_flight:
+        ratio = result.tokens_per_second / max(result.baseline_tokens_per_second, 1e-9)
+        figures.append(f"{result.tokens_per_second} tok/s against {result.baseline_tokens_per_second} "
+                       f"without ({ratio:.2f}x), {result.seconds} s")
+    if result.peak_mb:
+        figures.append(f"peak RSS {result.peak_mb:.0f} MB ({result.baseline_peak_mb:.0f} MB without)")
+    return (f"{sent} requests sent, {sent} completed, {result.equal} equal to no speculation"
+            f"{differing}, 0 errors; " + "; ".join(figures) + "; server healthy after")
 
 
 def check_lilicorr_earns_its_cost(campaign: Campaign, scenario_name: str = "one_request") -> None:

@@ -23,6 +23,12 @@ IMAGE_DIR = REPO / "build/conformance/images"
 NEAR_TIE_PROMPT = ("import os\nimport sys\n\n\ndef find_files(root, suffix):\n    result = []\n"
                    "    for dirpath, dirnames, filenames in os.walk(root):\n")
 
+# (variable, rows) of the "json" prompts: few-shot context that asks for compact objects
+JSON_PROMPTS = tuple(
+    (variable, "".join(f'    json.loads(\'{{"module": "{m}", "line": {n}}}\'),\n' for m, n in rows))
+    for variable, rows in (("IMPORTS", (("os", 3), ("sys", 4))), ("SEEN", (("re", 12),)),
+                       ("MODULES", (("json", 1), ("typing", 7), ("os", 20))), ("FOUND", (("sys", 9),))))
+
 
 @dataclass(frozen=True)
 class Request:
@@ -86,9 +92,13 @@ def prompt_set(name: str) -> tuple[Request, ...]:
     if name == "mixed8":
         s = _sampler(0.2, 12)
         return tuple(Request(tuple(s.prompt(n))) for n in (16, 200, 40, 120, 24, 88, 64, 152))
-    if name == "burst24":
+    if name == "burst64":
         s = _sampler(0.2, 16)
-        return tuple(Request(tuple(s.prompt(n))) for n in (16, 200, 40, 120, 24, 88, 64, 152) * 3)
+        return tuple(Request(tuple(s.prompt(n))) for n in (16, 200, 40, 120, 24, 88, 64, 152) * 8)
+    if name == "sustained200":
+        s = _sampler(0.2, 18)
+        return tuple(Request(tuple(s.prompt(random.Random(18 + i).choice((16, 32, 64, 96)))))
+                     for i in range(200))
     if name == "shared_prefix":
         s = _sampler(0.0, 13)
         prefix = s.prompt(300)  # several KV blocks in every engine (vLLM's CPU blocks: 128)
@@ -101,6 +111,10 @@ def prompt_set(name: str) -> tuple[Request, ...]:
     if name == "chat":
         s = _sampler(1.0, 15)
         return tuple(Request(tuple(s.prompt(64))) for _ in range(4))
+    if name == "json":  # Python code around compact JSON objects, as the schema's answers
+        return tuple(Request(tuple(text_ids(f"import json\n\n{variable} = [\n{rows}]\n"
+                                            f"{variable}.append(json.loads('")))
+                     for variable, rows in JSON_PROMPTS)
     if name == "near_tie":  # issue 29: the Qwen3 target's logits tie at generated token 71
         return (Request(tuple(text_ids(NEAR_TIE_PROMPT))),)
     if name == "image":

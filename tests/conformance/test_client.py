@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from .client import abandon_streams
+from .client import LiveStreams, abandon_streams
 
 
-def sse_server(chunks: int):
-    """A server streaming ``chunks`` completion chunks per request; it records, per request,
-    whether the client was still there when it finished."""
+def sse_server(chunks: int, dies_after: int | None = None):
+    """A server streaming ``chunks`` completion chunks per request (or dropping the connection
+    after ``dies_after`` of them, as a server that exits); it records, per request, whether the
+    client was still there when it finished."""
     outcomes: list[str] = []
 
     class Handler(BaseHTTPRequestHandler):
@@ -23,6 +25,10 @@ def sse_server(chunks: int):
             self.end_headers()
             try:
                 for i in range(chunks):
+                    if i == dies_after:
+                        outcomes.append("died")
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                        return
                     chunk = {"choices": [{"text": f"t{i}"}]}
                     self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                     self.wfile.flush()
@@ -58,5 +64,19 @@ def test_a_stream_that_ends_first_is_not_counted():
     try:
         url = f"http://127.0.0.1:{server.server_port}/v1/completions"
         assert abandon_streams(url, [{"prompt": "a"}], chunks=3) == 0
+    finally:
+        server.shutdown()
+
+
+
+def test_live_streams_keep_what_arrived_before_the_server_went_away():
+    """A server that dies mid-stream (no [DONE]): each stream ends with the text it had."""
+    server, outcomes = sse_server(chunks=400, dies_after=5)
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/v1/completions"
+        with LiveStreams(url, [{"prompt": "a"}, {"prompt": "b"}], chunks=3) as streams:
+            assert streams.wait_started(10)
+            assert streams.join(10) == 0
+        assert streams.texts == [[f"t{i}" for i in range(5)]] * 2 and outcomes == ["died"] * 2
     finally:
         server.shutdown()

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import torch
 
 from blockdraft.verdict import NEAR_TIE_EPSILON, judge_outputs
 
-from .compare import Counters, Output, Run, first_divergence, judge
+from .compare import Counters, Output, Run, first_divergence, judge, schema_violation
 from .prompts import Request
-from .scenarios import Scenario
+from .scenarios import STRUCTURED_SCHEMA, Scenario
 
 EXACT = Scenario("s", "axis", "in_domain", max_tokens=5, exact=True, al_floor=2.0)
 LOOSE = Scenario("s", "axis", "in_domain", max_tokens=5, al_floor=2.0)
@@ -137,3 +139,49 @@ def test_speculation_departing_at_a_clear_gap_is_a_bug():
     # the baseline departing there is the engine's own problem, listed but not speculation's
     r = judged(EXACT, [1, 9, 3], [1, 2, 3], 3.0)
     assert r.status == "near-tie" and r.divergences[0].verdict.startswith("the baseline departs")
+
+
+LOGPROBS = Scenario("s", "axis", "in_domain", max_tokens=5, al_floor=2.0, logprobs=True)
+
+
+def test_logprobs_within_tolerance_pass():
+    base = run([1, 2], top2=[[-0.1, -2.0], [-0.3, -1.5]])
+    spec = run([1, 2], top2=[[-0.1, -2.0], [-0.3 + 4e-6, -1.5]])
+    r = judge("e", LOGPROBS, "m", "f", base, spec, 7)
+    assert r.status == "pass" and abs(r.logprob_deviation - 4e-6) < 1e-9
+
+
+def test_drafted_tokens_without_logprobs_fail():
+    """llama-server before our patch 0008: accepted draft tokens came without probabilities."""
+    base = run([1, 2, 3], top2=[[-0.1, -2.0]] * 3)
+    spec = run([1, 2, 3], top2=[[-0.1, -2.0]])
+    r = judge("e", LOGPROBS, "m", "f", base, spec, 7)
+    assert r.status == "fail" and "fewer top-2 log-probs" in r.reason
+
+
+def test_logprobs_off_by_more_than_the_tolerance_fail():
+    base = run([1], top2=[[-0.1, -2.0]])
+    spec = run([1], top2=[[-0.1, -2.01]])
+    r = judge("e", LOGPROBS, "m", "f", base, spec, 7)
+    assert r.status == "fail" and "log-probs differ by 1.00e-02" in r.reason
+
+
+def test_schema_violations_are_named():
+    schema = json.loads(STRUCTURED_SCHEMA)
+    assert schema_violation('{"module":"os","line":3}', schema) is None
+    assert "not JSON" in schema_violation('{"module":"os",', schema)
+    assert "not one of" in schema_violation('{"module":"io","line":3}', schema)
+    assert "out of range" in schema_violation('{"module":"os","line":300}', schema)
+    assert "not of type integer" in schema_violation('{"module":"os","line":true}', schema)
+    assert "misses ['line']" in schema_violation('{"module":"os"}', schema)
+    assert "extra keys ['x']" in schema_violation('{"module":"os","line":1,"x":0}', schema)
+
+
+def test_structured_outputs_that_do_not_parse_fail():
+    scenario = Scenario("s", "axis", "in_domain", max_tokens=20, al_floor=2.0,
+                        json_schema=STRUCTURED_SCHEMA)
+    text = '{"module" : "re"\n   '
+    base = Run([Output([], streamed_text=text, streamed_tokens=5)], GOOD, 1.0)
+    spec = Run([Output([], streamed_text=text, streamed_tokens=5)], GOOD, 1.0)
+    r = judge("e", scenario, "m", "f", base, spec, 7)
+    assert r.status == "fail" and "speculation, prompt 0: not JSON" in r.reason

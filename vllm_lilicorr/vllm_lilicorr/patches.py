@@ -82,6 +82,29 @@ def _install_v1_proposer() -> None:
     _after_import("vllm.v1.worker.gpu_model_runner", swap)
 
 
+def _install_shutdown_ends_streams() -> None:
+    """AsyncLLM.shutdown also ends the requests still running, when the module is imported
+    (API-server processes only)."""
+    def patch(module) -> None:
+        def make(original):
+            def shutdown(self, timeout=None):
+                handler = getattr(self, "output_handler", None)
+                original(self, timeout)
+                processor = getattr(self, "output_processor", None)
+                if handler is None or processor is None or not processor.has_unfinished_requests():
+                    return
+                loop = handler.get_loop()
+                if not loop.is_closed():  # shutdown runs in an executor thread: queues are the loop's
+                    from vllm.v1.engine.exceptions import EngineDeadError
+
+                    loop.call_soon_threadsafe(processor.propagate_error, EngineDeadError())
+            return shutdown
+
+        _wrap(module.AsyncLLM, "shutdown", make)
+
+    _after_import("vllm.v1.engine.async_llm", patch)
+
+
 _expand_fixed = False
 
 
@@ -214,6 +237,19 @@ PATCH_POINTS = (
             "a per-layer loop there).",
     ),
     PatchPoint(
+        target="vllm.v1.engine.async_llm.AsyncLLM.shutdown",
+        how="wrapped: after the engine core is stopped, the requests still in the output "
+            "processor get EngineDeadError (OutputProcessor.propagate_error, scheduled on the "
+            "output handler's loop), when that module is first imported",
+        why="with the default --shutdown-timeout 0, SIGTERM makes the API server kill the "
+            "engine core at once; the core sends its aborts for the running requests only if "
+            "it reaches its signal handler before being killed, which a step in progress "
+            "prevents (every time with DFlash or LiLiCorr drafting here, never without "
+            "speculation). shutdown() then cancels the output handler, so the streams of those "
+            "requests wait forever and uvicorn waits for their connections: the server never "
+            "exits. Applies to every method; the fix belongs upstream.",
+    ),
+    PatchPoint(
         target="vllm.model_executor.models.lilicorr.LiLiCorrHead.factor_input_proj.bias "
                "(a loaded parameter, not code)",
         how="cast back to the head's dtype after loading, by LiLiCorrProposer.load_model",
@@ -232,6 +268,7 @@ def install_all() -> None:
     _install_method_alias()
     _install_v1_acceptance()
     _install_v1_proposer()
+    _install_shutdown_ends_streams()
 
 
 def install_refusal(message: str) -> None:

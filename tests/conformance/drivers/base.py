@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -16,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, TypeVar
 
-from ..client import Streamed, abandon_streams, stream
+from ..client import LiveStreams, Streamed, abandon_streams, stream
 from ..compare import Counters, Output, Run
-from ..prompts import Request, tokenizer
+from ..prompts import Request, text_ids, tokenizer
 from ..scenarios import Scenario
 
 REPO = Path(__file__).resolve().parents[3]
@@ -79,10 +81,10 @@ T = TypeVar("T")
 
 def each_request(scenario: Scenario, count: int, answer: Callable[[int], T]) -> list[T]:
     """``answer(i)`` for each of a scenario's requests, in request order: one at a time for a
-    sequential scenario, all at once otherwise."""
+    sequential scenario, otherwise all at once (or ``scenario.in_flight`` at a time)."""
     if scenario.mode == "sequential":
         return [answer(i) for i in range(count)]
-    with ThreadPoolExecutor(count) as pool:
+    with ThreadPoolExecutor(min(count, scenario.in_flight or count)) as pool:
         return list(pool.map(answer, range(count)))
 
 
@@ -105,7 +107,35 @@ def metric_by_label(url: str, name: str, label: str) -> dict[str, float]:
     return values
 
 
-class EngineProcess:
+class ProcessGroup:
+    """An engine's subprocess (``self.process``) started in a session of its own, whose process
+    group holds everything the engine starts."""
+
+    process: subprocess.Popen | None
+
+    def group(self) -> dict[int, tuple[str, int]]:
+        """pid -> (name, resident pages) of every live process of the engine's group (the
+        server, its workers and what they started; start_new_session makes the group)."""
+        members = {}
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                text = stat.read_text()
+                name, fields = text[text.index("(") + 1:text.rindex(")")], text.rsplit(")", 1)[1].split()
+                if self.process is not None and int(fields[2]) == self.process.pid and fields[0] != "Z":
+                    members[int(stat.parent.name)] = (name, int(fields[21]))
+            except (OSError, IndexError, ValueError):
+                continue  # the process ended while it was read
+        return members
+
+    def rss_mb(self) -> float:
+        """Resident memory of the engine's whole process group."""
+        return sum(rss for _, rss in self.group().values()) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+    def peak_rss(self) -> "PeakRss":
+        return PeakRss(self)
+
+
+class EngineProcess(ProcessGroup):
     """An engine server subprocess with its log in reports/conformance/logs/, stopped on exit."""
 
     def __init__(self, name: str, argv: list[str], port: int, health_path: str, method: "Method",
@@ -122,6 +152,26 @@ class EngineProcess:
             urllib.request.urlopen(self.url + self.health_path, timeout=30)
         except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
             raise RuntimeError(f"{self.name} unhealthy after {after}: {exc}") from exc
+
+    def terminate(self, grace: float = 60.0) -> float:
+        """SIGTERM to the server's own process only, as a process supervisor stops it: it must
+        exit within ``grace`` seconds and take every process it started with it. Returns the
+        seconds it took; leftovers are killed, then reported."""
+        started = time.time()
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"{self.name} still running {grace:.0f} s after SIGTERM") from None
+        seconds = time.time() - started
+        deadline = time.time() + 10  # children may take a moment to notice
+        while (left := self.group()) and time.time() < deadline:
+            time.sleep(0.2)
+        if left:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            raise RuntimeError(f"{len(left)} processes of {self.name} outlived it after SIGTERM: "
+                               + ", ".join(f"{pid} {name}" for pid, (name, _) in sorted(left.items())))
+        return seconds
 
     def log_tail(self, lines: int = 30) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
@@ -146,7 +196,11 @@ class EngineProcess:
                            f"{self.log_tail()}")
 
     def __exit__(self, *exc) -> None:
-        if self.process is None or self.process.poll() is not None:
+        if self.process is None:
+            return
+        if self.process.poll() is not None:  # terminated already: clear what it left behind
+            if self.group():
+                os.killpg(self.process.pid, signal.SIGKILL)
             return
         os.killpg(self.process.pid, signal.SIGTERM)
         try:
@@ -154,6 +208,30 @@ class EngineProcess:
         except subprocess.TimeoutExpired:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
+
+
+class PeakRss:
+    """The highest resident memory of an engine's process group while the block runs, sampled
+    every 0.2 s (``mb`` once the block has ended)."""
+
+    def __init__(self, engine: ProcessGroup) -> None:
+        self.engine, self.mb = engine, 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while True:
+            self.mb = max(self.mb, self.engine.rss_mb())
+            if self._stop.wait(0.2):
+                return
+
+    def __enter__(self) -> "PeakRss":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 class Driver(ABC):
@@ -185,6 +263,10 @@ class Driver(ABC):
         """Server-wide cumulative counters (engines with server_wide_counters)."""
         raise NotImplementedError
 
+    def running_counters(self, engine: EngineProcess) -> Counters:
+        """The server-wide counters while requests still run (``counters`` may wait for them)."""
+        return self.counters(engine)
+
     @abstractmethod
     def busy_requests(self, engine: EngineProcess) -> int:
         """Requests the server is running or queueing."""
@@ -206,6 +288,34 @@ class Driver(ABC):
         if busy:
             raise RuntimeError(f"{busy} requests still held {released_within:.0f} s after "
                                f"{cut} clients disconnected")
+
+    def shut_down_while_streaming(self, engine: EngineProcess, scenario: Scenario,
+                                  requests: tuple[Request, ...]) -> Run:
+        """The requests after the first stream (long, ignoring EOS) while the server is sent
+        SIGTERM: it must exit promptly, leave no process behind and close every stream. The
+        speculative counters are read just before the signal, over the streams and a short
+        request for the first prompt beside them (SGLang counts per request only: that request
+        is its evidence; it needs a free slot, hence one stream fewer than prompts)."""
+        before = self.counters(engine) if self.server_wide_counters else Counters()
+        payloads = [{"model": "target", "prompt": tokenizer().decode(list(r.prompt_ids)),
+                     "max_tokens": scenario.max_tokens, "temperature": 0.0, "ignore_eos": True}
+                    for r in requests[1:]]
+        with LiveStreams(engine.url + "/v1/completions", payloads) as streams:
+            if not streams.wait_started(120):
+                raise RuntimeError("the streams did not start within 120 s")
+            _, counters = self.generate(engine, dataclasses.replace(scenario, max_tokens=16),
+                                        requests[0], False)
+            if self.server_wide_counters:
+                counters = self.running_counters(engine) - before
+            if streams.running() < len(payloads):
+                raise RuntimeError(f"only {streams.running()} of {len(payloads)} streams still "
+                                   "ran at SIGTERM: raise max_tokens")
+            seconds = engine.terminate()
+            if open_streams := streams.join(30):
+                raise RuntimeError(f"{open_streams} streams still open 30 s after the server exited")
+        texts = ["".join(t) for t in streams.texts]
+        return Run([Output([], streamed_text=t, streamed_tokens=len(text_ids(t))) for t in texts],
+                   counters, seconds)
 
     def stream(self, engine: EngineProcess, scenario: Scenario,
                request: Request) -> tuple[Output, Counters]:

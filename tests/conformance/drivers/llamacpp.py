@@ -23,6 +23,7 @@ How the axes are exercised here:
 from __future__ import annotations
 
 import base64
+import json
 import time
 
 from ..compare import Counters, Output, Run
@@ -112,6 +113,8 @@ class LlamaCppDriver(Driver):
                    "cache_prompt": True, "return_tokens": True, "stop": list(scenario.stop)}
         if scenario.temperature == 0.0:
             payload["top_k"] = 1
+        if scenario.json_schema:  # llama-server turns it into a grammar
+            payload["json_schema"] = json.loads(scenario.json_schema)
         if want_top2:
             payload["n_probs"] = 2  # log-probs of the full distribution, before sampling
         return payload

@@ -13,11 +13,11 @@ import subprocess
 import threading
 import time
 
-from .base import LOGS, REPO, Method
+from .base import LOGS, REPO, Method, ProcessGroup
 from .host_protocol import REPLY_FD
 
 
-class OfflineEngine:
+class OfflineEngine(ProcessGroup):
     def __init__(self, name: str, python: str, host_module: str, engine_args: dict,
                  method: Method, env: dict[str, str], startup_timeout: float = 600.0) -> None:
         self.name, self.method = name, method

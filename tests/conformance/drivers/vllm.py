@@ -28,7 +28,12 @@ CHUNK_TOKENS = 128              # --max-num-batched-tokens: longer prompts prefi
 MAX_MODEL_LEN = 2048
 COMMON_ARGS = ["--dtype", "float32", "--enable-prefix-caching",
                "--enable-chunked-prefill", "--max-num-batched-tokens", str(CHUNK_TOKENS),
-               "--max-num-seqs", "8", "--seed", "0"]
+               "--max-num-seqs", "8", "--seed", "0",
+               # compact JSON: xgrammar (vLLM's default backend) otherwise allows unbounded
+               # whitespace, which the fixtures' targets (trained on indented code) spend
+               # structured_output's tokens on
+               "--structured-outputs-config",
+               json.dumps({"backend": "xgrammar", "disable_any_whitespace": True})]
 TINY_KV_BLOCKS = 4  # 4 x 128 tokens (CPU blocks): enough for any one request, not for 8 at once
 TINY_KV_MODEL_LEN = 384  # what vLLM says fits in those blocks
 ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
@@ -56,14 +61,15 @@ def speculative_args(method: str, drafter: Path, **extra) -> list[str]:
     return ["--speculative-config", json.dumps({"method": method, "model": str(drafter), **extra})]
 
 
-def spec_counters(engine: EngineProcess) -> Counters:
+def spec_counters(engine: EngineProcess, settled: bool = True) -> Counters:
     """vLLM's speculative counters, once they have settled: a request that ends on a stop string
-    can be answered just before its last step is recorded (AsyncLLM.output_handler)."""
+    can be answered just before its last step is recorded (AsyncLLM.output_handler).
+    ``settled=False``: as they are now, while requests run."""
     previous = None
     while True:
         values = metrics(engine.url)
         current = Counters(*(int(values.get(name, 0)) for name in SPEC_COUNTERS))
-        if current == previous:
+        if current == previous or not settled:
             return current
         previous = current
         time.sleep(0.2)
@@ -111,6 +117,9 @@ class VllmDriver(Driver):
     def counters(self, engine: EngineProcess) -> Counters:
         return spec_counters(engine)
 
+    def running_counters(self, engine: EngineProcess) -> Counters:
+        return spec_counters(engine, settled=False)
+
     def busy_requests(self, engine: EngineProcess) -> int:
         values = metrics(engine.url)
         return int(values.get("vllm:num_requests_running", 0)
@@ -157,6 +166,9 @@ class VllmDriver(Driver):
                     "seed": 1234}
         if scenario.stop:
             sampling["stop"] = list(scenario.stop)
+        if scenario.json_schema:  # OpenAI's structured outputs, vLLM's default grammar backend
+            sampling["response_format"] = {"type": "json_schema", "json_schema": {
+                "name": scenario.name, "schema": json.loads(scenario.json_schema)}}
         if want_top2:  # keyed by token id: two tokens that print alike stay two entries
             sampling.update(logprobs=2, return_tokens_as_token_ids=True)
         return sampling

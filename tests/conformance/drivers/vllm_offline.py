@@ -27,6 +27,8 @@ class VllmOfflineDriver(Driver):
             return "concurrent clients are a server's: `vllm serve` runs this scenario"
         if scenario.config == "vision":
             return "image prompts go through `vllm serve` (the offline driver sends token ids)"
+        if scenario.json_schema:
+            return "structured outputs go through `vllm serve` (the offline host sets no grammar)"
         return VllmDriver().unavailable(scenario, method)
 
     def start(self, config: str, family: str, method: Method) -> OfflineEngine:
