@@ -68,7 +68,6 @@ def test_a_stream_that_ends_first_is_not_counted():
         server.shutdown()
 
 
-
 def test_live_streams_keep_what_arrived_before_the_server_went_away():
     """A server that dies mid-stream (no [DONE]): each stream ends with the text it had."""
     server, outcomes = sse_server(chunks=400, dies_after=5)

@@ -76,6 +76,13 @@ def prometheus_samples(url: str) -> list[tuple[str, str, float]]:
     return samples
 
 
+def long_streams(requests, max_tokens: int) -> list[dict]:
+    """OpenAI completions payloads (to stream) that run greedy for ``max_tokens`` whatever the
+    text: for clients that leave, or a server stopped, mid-generation."""
+    return [{"model": "target", "prompt": tokenizer().decode(list(r.prompt_ids)),
+             "max_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True} for r in requests]
+
+
 T = TypeVar("T")
 
 
@@ -275,11 +282,8 @@ class Driver(ABC):
                      requests: tuple[Request, ...], released_within: float = 60.0) -> None:
         """Clients that disconnect mid-stream: the server must release their requests (and
         with them their KV and draft state) instead of generating on for nobody."""
-        prompts = [tokenizer().decode(list(requests[i % len(requests)].prompt_ids))
-                   for i in range(scenario.abandoned_streams)]
-        cut = abandon_streams(engine.url + "/v1/completions", [
-            {"model": "target", "prompt": p, "max_tokens": 400, "temperature": 0.0,
-             "ignore_eos": True} for p in prompts])
+        cut = abandon_streams(engine.url + "/v1/completions", long_streams(
+            [requests[i % len(requests)] for i in range(scenario.abandoned_streams)], 400))
         if cut == 0:
             raise RuntimeError("every stream ended before its client left: nothing was abandoned")
         deadline = time.time() + released_within
@@ -297,9 +301,7 @@ class Driver(ABC):
         request for the first prompt beside them (SGLang counts per request only: that request
         is its evidence; it needs a free slot, hence one stream fewer than prompts)."""
         before = self.counters(engine) if self.server_wide_counters else Counters()
-        payloads = [{"model": "target", "prompt": tokenizer().decode(list(r.prompt_ids)),
-                     "max_tokens": scenario.max_tokens, "temperature": 0.0, "ignore_eos": True}
-                    for r in requests[1:]]
+        payloads = long_streams(requests[1:], scenario.max_tokens)
         with LiveStreams(engine.url + "/v1/completions", payloads) as streams:
             if not streams.wait_started(120):
                 raise RuntimeError("the streams did not start within 120 s")
