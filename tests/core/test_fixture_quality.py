@@ -1,6 +1,10 @@
-"""The committed fixtures, as materialised by ci/setup.sh, meet the quality floor: measured
-here with the reference loop on the builder's held-out in-domain prompts, and equal to what
-the manifest (and REPORT.md) state."""
+"""The committed fixtures, as materialised by ci/setup.sh, meet the quality floor.
+
+The manifest (and REPORT.md) record, for every drafter, what the reference loop measured on each
+of the builder's held-out in-domain prompts. Here the reference loop measures every
+SAMPLE_EVERY-th of those prompts again and must reproduce their records prompt by prompt; the
+floors are then asserted on the records of all the prompts. (`python -m blockdraft.fixtures
+evaluate` re-measures all of them: a quarter of the time in CI, the same evidence per prompt.)"""
 
 from __future__ import annotations
 
@@ -18,9 +22,22 @@ from blockdraft.fixtures.store import file_digest
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "build" / "fixtures"
-AL_FLOOR = 3.0  # issue 3's quality floor, every drafter
+AL_FLOOR = 3.0  # the quality floor of every drafter at NUM_DRAFT drafted tokens
 NUM_DRAFT = 7
+SAMPLE_EVERY = 4
+# prompts of the sample whose (drafts, accepted) may differ from the record: another CPU's
+# float32 kernels can tip a near-tie of the target (fixtures/REPORT.md gives the gaps)
+TIPPED_PROMPTS = 1
 MANIFEST = json.loads((REPO / "fixtures/manifest.json").read_text())
+FAMILIES = ["qwen3", "lfm2"]
+KINDS = ("dflash", "lilicorr", "dspark")
+
+
+def recorded(family: str) -> dict[str, DrafterQuality]:
+    """What the manifest records for each drafter at NUM_DRAFT drafted tokens, on every prompt."""
+    drafters = MANIFEST["targets"][family]["drafters"]
+    assert all(drafters[kind]["num_draft"] == NUM_DRAFT for kind in KINDS)
+    return {kind: DrafterQuality.from_dict(drafters[kind]) for kind in KINDS}
 
 
 def test_store_matches_its_manifest():
@@ -34,42 +51,55 @@ def test_fixtures_follow_the_default_plan():
     assert MANIFEST["plan"] == json.loads(json.dumps(asdict(BuildPlan())))
 
 
-@pytest.fixture(scope="module", params=["qwen3", "lfm2"])
-def measured(request) -> tuple[str, dict[str, DrafterQuality]]:
-    """(family, quality per drafter) on the prompts REPORT.md was measured on."""
+@pytest.mark.parametrize("family", FAMILIES)
+def test_records_add_up_to_the_report(family):
+    """The per-prompt records are the ones the reported figures come from."""
+    drafters = MANIFEST["targets"][family]["drafters"]
+    for kind, quality in recorded(family).items():
+        assert quality.prompts == MANIFEST["plan"]["budget"]["eval_prompts"]
+        assert round(quality.acceptance_length, 3) == drafters[kind]["acceptance_length"], kind
+        assert quality.drafts == drafters[kind]["drafts"], kind
+        assert [round(x, 3) for x in quality.interval] == drafters[kind]["interval_95"], kind
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def sampled(request) -> tuple[str, dict[str, DrafterQuality]]:
+    """(family, quality per drafter) measured here on the sample of the report's prompts."""
     family = request.param
     folder = FIXTURES / family
     tokenizer = Tokenizer.from_file(str(folder / "target/tokenizer.json"))
     prompts = plan_prompts(MANIFEST["plan"], REPO / "fixtures/corpus/stdlib.jsonl.xz", tokenizer)
-    _, quality = measure_family(folder, prompts, MANIFEST["plan"]["budget"]["eval_new_tokens"],
-                                {kind: (kind, NUM_DRAFT) for kind in ("dflash", "lilicorr", "dspark")})
-    print(f"{family}: at {NUM_DRAFT} drafted tokens " + ", ".join(
-        f"{kind} AL {q.acceptance_length:.3f} (95% {q.interval[0]:.3f}-{q.interval[1]:.3f})"
-        for kind, q in quality.items()))
+    _, quality = measure_family(folder, prompts[::SAMPLE_EVERY],
+                                MANIFEST["plan"]["budget"]["eval_new_tokens"],
+                                {kind: (kind, NUM_DRAFT) for kind in KINDS})
+    print(f"{family}: {len(prompts[::SAMPLE_EVERY])} of {len(prompts)} prompts at {NUM_DRAFT} "
+          "drafted tokens: " + ", ".join(f"{kind} AL {q.acceptance_length:.3f}"
+                                         for kind, q in quality.items()))
     return family, quality
 
 
-def acceptance_lengths(measured) -> dict[str, float]:
-    return {kind: round(q.acceptance_length, 3) for kind, q in measured[1].items()}
+def test_sample_reproduces_the_records(sampled):
+    family, quality = sampled
+    for kind, record in recorded(family).items():
+        expected = record.per_prompt[::SAMPLE_EVERY]
+        tipped = [(i * SAMPLE_EVERY, want, got) for i, (want, got)
+                  in enumerate(zip(expected, quality[kind].per_prompt)) if want != got]
+        assert len(quality[kind].per_prompt) == len(expected)
+        assert len(tipped) <= TIPPED_PROMPTS, f"{kind}: (prompt, recorded, measured) {tipped}"
 
 
-def test_report_states_what_the_fixtures_do(measured):
-    lengths = acceptance_lengths(measured)
-    drafters = MANIFEST["targets"][measured[0]]["drafters"]
-    reported = {kind: drafters[kind]["acceptance_length"] for kind in lengths}
-    assert reported == pytest.approx(lengths, abs=0.02), (reported, lengths)
-
-
-def test_speculation_is_lossless(measured):
-    for kind, q in measured[1].items():
+def test_speculation_is_lossless(sampled):
+    for kind, q in sampled[1].items():
         assert q.lossless == q.prompts, f"{kind}: {q.lossless}/{q.prompts} outputs equal plain greedy"
 
 
-def test_drafters_reach_the_acceptance_floor(measured):
-    lengths = acceptance_lengths(measured)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_drafters_reach_the_acceptance_floor(family):
+    lengths = {kind: round(q.acceptance_length, 3) for kind, q in recorded(family).items()}
     assert min(lengths.values()) >= AL_FLOOR, lengths
 
 
-def test_lilicorr_head_earns_its_cost(measured):
-    lengths = acceptance_lengths(measured)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_lilicorr_head_earns_its_cost(family):
+    lengths = {kind: round(q.acceptance_length, 3) for kind, q in recorded(family).items()}
     assert lengths["lilicorr"] > lengths["dflash"], lengths
