@@ -84,7 +84,8 @@ class Campaign:
             try:
                 result = judge(self.driver.engine, scenario, method.name, family,
                                self._run(scenario, BASELINE), self._run(scenario, method),
-                               method.max_draft, method.ours, prompt_set(scenario.prompts),
+                               method.max_draft, method.ours,
+                               scenario.per_output(prompt_set(scenario.prompts)),
                                lambda: self.reference(scenario))
             except Exception as exc:
                 result = CaseResult(self.driver.engine, scenario.name, method.name, family, "fail",

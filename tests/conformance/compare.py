@@ -143,6 +143,7 @@ class CaseResult:
     status: str            # pass | near-tie | fail | not available
     reason: str = ""
     equal: str = ""        # "k/n" prompts whose outputs are identical
+    outputs: int = 0       # outputs of the speculative run (a request's choices count apart)
     divergences: list[Divergence] = field(default_factory=list)
     drafts: int = 0
     draft_tokens: int = 0
@@ -220,7 +221,8 @@ def judge(engine: str, scenario: Scenario, method: str, family: str, baseline: R
                         seconds=round(spec.seconds, 3), baseline_seconds=round(baseline.seconds, 3),
                         tokens_per_second=round(spec.tokens_per_second, 1),
                         baseline_tokens_per_second=round(baseline.tokens_per_second, 1),
-                        peak_mb=spec.peak_mb, baseline_peak_mb=baseline.peak_mb)
+                        peak_mb=spec.peak_mb, baseline_peak_mb=baseline.peak_mb,
+                        outputs=len(spec.outputs))
     problems = []
     if c.drafts <= 0 or c.accepted_tokens <= 0:
         problems.append(f"speculation did not run or accepted nothing ({c.drafts} drafts, "
@@ -234,6 +236,15 @@ def judge(engine: str, scenario: Scenario, method: str, family: str, baseline: R
         # into more tokens than were generated
         if output.num_tokens > scenario.max_tokens and not scenario.shutdown:
             problems.append(f"prompt {i}: {output.num_tokens} tokens > max_tokens {scenario.max_tokens}")
+    if scenario.compares_outputs and scenario.choices > 1:
+        # greedy choices of one request are one answer: else the run did not return each
+        # request's choices together (or a child sequence decoded differently from its parent)
+        for name, run in (("no speculation", baseline), ("speculation", spec)):
+            outputs = [o.token_ids for o in run.outputs]
+            split = [i // scenario.choices for i in range(0, len(outputs), scenario.choices)
+                     if len({tuple(o) for o in outputs[i:i + scenario.choices]}) > 1]
+            if split:
+                problems.append(f"{name}: the greedy choices of requests {split} differ")
     if scenario.compares_outputs:
         for i, (base, out) in enumerate(zip(baseline.outputs, spec.outputs)):
             d = divergence(i, requests[i] if i < len(requests) else None, base, out, reference)

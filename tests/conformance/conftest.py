@@ -45,7 +45,11 @@ def outcome(result, scenario) -> str:
     if scenario.shutdown:
         return (f"the server exited {result.seconds} s after SIGTERM, every process of its group "
                 f"gone, every stream closed; AL {result.acceptance_length} before the signal")
-    sent = result.equal.split("/")[1]
+    outputs = result.outputs
+    sent = (f"{outputs // scenario.choices} requests of {scenario.choices} completions"
+            if scenario.choices > 1 else f"{outputs} requests")
+    equal = (f"{result.equal} equal to no speculation" if scenario.compares_outputs
+             else "sampled (not compared), every one finished")
     differing = "".join(f"; {d.describe()}" for d in result.divergences)
     figures = [f"AL {result.acceptance_length}"]
     if scenario.logprobs:
@@ -58,7 +62,7 @@ def outcome(result, scenario) -> str:
                        f"without ({ratio:.2f}x), {result.seconds} s")
     if result.peak_mb:
         figures.append(f"peak RSS {result.peak_mb:.0f} MB ({result.baseline_peak_mb:.0f} MB without)")
-    return (f"{sent} requests sent, {sent} completed, {result.equal} equal to no speculation"
+    return (f"{sent} sent, {outputs} completed, {equal}"
             f"{differing}, 0 errors; " + "; ".join(figures) + "; server healthy after")
 
 

