@@ -40,6 +40,10 @@ def recorded(family: str) -> dict[str, DrafterQuality]:
     return {kind: DrafterQuality.from_dict(drafters[kind]) for kind in KINDS}
 
 
+def recorded_lengths(family: str) -> dict[str, float]:
+    return {kind: round(q.acceptance_length, 3) for kind, q in recorded(family).items()}
+
+
 def test_store_matches_its_manifest():
     for name, entry in MANIFEST["files"].items():
         assert file_digest(REPO / "fixtures" / name) == entry["sha256"], name
@@ -95,11 +99,11 @@ def test_speculation_is_lossless(sampled):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_drafters_reach_the_acceptance_floor(family):
-    lengths = {kind: round(q.acceptance_length, 3) for kind, q in recorded(family).items()}
+    lengths = recorded_lengths(family)
     assert min(lengths.values()) >= AL_FLOOR, lengths
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_lilicorr_head_earns_its_cost(family):
-    lengths = {kind: round(q.acceptance_length, 3) for kind, q in recorded(family).items()}
+    lengths = recorded_lengths(family)
     assert lengths["lilicorr"] > lengths["dflash"], lengths
