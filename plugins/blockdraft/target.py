@@ -62,3 +62,41 @@ class HFTarget:
         """Logits [B, T, V] and tap states [B, T, n*H] for input_ids [B, T]."""
         logits = self.model(input_ids=input_ids, use_cache=False, **inputs).logits
         return logits.float(), self.recorder.taps()
+
+
+class CachedHFTarget(HFTarget):
+    """An HFTarget that keeps its KV cache between calls on one sequence (batch 1): a call
+    whose input extends, or departs from, the last one runs only the tokens after their
+    common prefix. The reference loop's calls do exactly that (a rejected draft departs), so
+    it measures large targets at the cost of their new tokens, not of the whole sequence."""
+
+    def __init__(self, model: nn.Module, tap_layer_ids: Sequence[int]) -> None:
+        super().__init__(model, tap_layer_ids)
+        self._ids: list[int] = []
+        self._cache = None
+        self._logits = self._taps = None
+
+    @torch.no_grad()
+    def __call__(self, input_ids: torch.Tensor, **inputs) -> tuple[torch.Tensor, torch.Tensor]:
+        if input_ids.shape[0] != 1 or inputs:
+            raise ValueError("CachedHFTarget runs one text sequence at a time")
+        ids = input_ids[0].tolist()
+        common = 0
+        for old, new in zip(self._ids, ids[:-1]):  # at least the last token runs again
+            if old != new:
+                break
+            common += 1
+        if common == 0:
+            from transformers import DynamicCache
+            self._cache, self._logits, self._taps = DynamicCache(), None, None
+        else:
+            if len(self._ids) > common:
+                self._cache.crop(common - len(self._ids))  # drop what departs
+            self._logits, self._taps = self._logits[:, :common], self._taps[:, :common]
+        logits = self.model(input_ids=input_ids[:, common:], past_key_values=self._cache,
+                            use_cache=True).logits.float()
+        taps = self.recorder.taps()
+        self._ids = ids
+        self._logits = logits if common == 0 else torch.cat([self._logits, logits], dim=1)
+        self._taps = taps if common == 0 else torch.cat([self._taps, taps], dim=1)
+        return self._logits, self._taps
