@@ -61,22 +61,28 @@ def complete(engine: EngineProcess, prompt: list[int], n_predict: int, cache: bo
         "ignore_eos": True, "cache_prompt": cache})["timings"]
 
 
+def verify_ms(engine: EngineProcess, prompts: list[list[int]], window: int) -> float:
+    """One target forward over ``window`` new tokens after a cached prefix (median over the
+    prompts), on a llama-server without speculation."""
+    times = []
+    for prompt in prompts:
+        complete(engine, prompt, 1, cache=True)
+        t = complete(engine, prompt + prompt[:window], 1, cache=True)
+        if t["prompt_n"] == window:
+            times.append(t["prompt_ms"])
+    if not times:
+        raise RuntimeError(f"llama-server never evaluated exactly {window} new prompt tokens")
+    return statistics.median(times)
+
+
 def measure(family: str, method, prompts: list[list[int]], windows: list[int]) -> dict:
     with server(family, method) as engine:
         timings = [complete(engine, p, OUTPUT_TOKENS, cache=False) for p in prompts]
         row = {"method": method.name,
                "ms_per_token": sum(t["predicted_ms"] for t in timings) / sum(t["predicted_n"] for t in timings)}
         if method.drafter is None:
-            for n in windows:  # n new tokens after a cached prefix: one target forward over n tokens
-                verify = []
-                for p in prompts:
-                    complete(engine, p, 1, cache=True)
-                    t = complete(engine, p + p[:n], 1, cache=True)
-                    if t["prompt_n"] == n:
-                        verify.append(t["prompt_ms"])
-                if not verify:
-                    raise RuntimeError(f"llama-server never evaluated exactly {n} new prompt tokens")
-                row[f"T_verify_{n}_ms"] = statistics.median(verify)
+            for n in windows:
+                row[f"T_verify_{n}_ms"] = verify_ms(engine, prompts, n)
             return row
     stats = statistics_of(engine.log_path.read_text(errors="replace"))
     if stats is None:

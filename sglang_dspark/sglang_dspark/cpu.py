@@ -5,10 +5,12 @@ Everything here is activated by :mod:`sglang_dspark.patches` only when SGLang ru
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import logging
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -73,6 +75,18 @@ def skip_record_stream_on_cpu(original, tensor: torch.Tensor, stream) -> None:
     if tensor.device.type == "cpu":
         return None
     return original(tensor, stream)
+
+
+@contextlib.contextmanager
+def profile_dspark_segments(original, observers, name) -> Iterator[None]:
+    """AROUND ``DsparkStepObservers.segment``: DSPARK times its draft and target-verify segments
+    with CUDA events, which do not exist on CPU. Also enter each segment as a profiler scope
+    ("dspark: draft", "dspark: target_verify"), so SGLang's own /start_profile traces show
+    where a CPU step's time goes (a no-op while no profiler runs)."""
+    from sglang.srt.speculative.dspark_components.dspark_observability import InfoSegment
+
+    with torch.profiler.record_function(f"dspark: {InfoSegment(name).value}"), original(observers, name):
+        yield
 
 
 def chain_verify_tree_topk() -> None:

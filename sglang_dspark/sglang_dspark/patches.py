@@ -50,6 +50,11 @@ HOOKS = (
         "torch.Tensor.record_stream", "AROUND",
         cpu.skip_record_stream_on_cpu, cpu_only=True,
         reason="DSparkWorkerV2 records seq_lens on the CPU 'stream', which torch rejects"),
+    HookPatch(
+        "sglang.srt.speculative.dspark_components.dspark_observability.DsparkStepObservers.segment",
+        "AROUND", cpu.profile_dspark_segments, cpu_only=True,
+        reason="DSPARK times its draft and verify segments with CUDA events only; on CPU they "
+               "also become profiler scopes, so /start_profile traces split a step (ci/bench.py)"),
 )
 
 # Changes that are not function hooks (HookRegistry can only wrap existing attributes).

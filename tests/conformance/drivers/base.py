@@ -26,6 +26,7 @@ from ..scenarios import Scenario
 REPO = Path(__file__).resolve().parents[3]
 FIXTURES = REPO / "build" / "fixtures"
 LOGS = REPO / "reports" / "conformance" / "logs"
+PROFILES = REPO / "reports" / "bench" / "profiles"  # the "bench" config's profiler traces
 
 
 @dataclass(frozen=True)
@@ -270,9 +271,11 @@ class Driver(ABC):
         """Server-wide cumulative counters (engines with server_wide_counters)."""
         raise NotImplementedError
 
-    def running_counters(self, engine: EngineProcess) -> Counters:
-        """The server-wide counters while requests still run (``counters`` may wait for them)."""
-        return self.counters(engine)
+    def running_counters(self, engine: EngineProcess) -> Counters | None:
+        """The server-wide counters while requests still run (``counters`` may wait for them),
+        or None where an engine records a request's counters only when it ends (llama-server
+        adds them at metrics_on_prediction; SGLang counts per request)."""
+        return None
 
     @abstractmethod
     def busy_requests(self, engine: EngineProcess) -> int:
@@ -297,18 +300,24 @@ class Driver(ABC):
                                   requests: tuple[Request, ...]) -> Run:
         """The requests after the first stream (long, ignoring EOS) while the server is sent
         SIGTERM: it must exit promptly, leave no process behind and close every stream. The
-        speculative counters are read just before the signal, over the streams and a short
-        request for the first prompt beside them (SGLang counts per request only: that request
-        is its evidence; it needs a free slot, hence one stream fewer than prompts)."""
+        speculative counters are read just before the signal, over the streams where the engine
+        counts running requests; elsewhere a short request for the first prompt beside the
+        streams is the evidence (it needs a free slot, hence one stream fewer than prompts).
+        Waiting for that request lets a slow machine finish the streams first, so only engines
+        that need it send it."""
         before = self.counters(engine) if self.server_wide_counters else Counters()
         payloads = long_streams(requests[1:], scenario.max_tokens)
-        with LiveStreams(engine.url + "/v1/completions", payloads) as streams:
+        with LiveStreams(engine.url + "/v1/completions", payloads,
+                         chunks=8) as streams:  # several verify steps: counters to read
             if not streams.wait_started(120):
                 raise RuntimeError("the streams did not start within 120 s")
-            _, counters = self.generate(engine, dataclasses.replace(scenario, max_tokens=16),
-                                        requests[0], False)
-            if self.server_wide_counters:
-                counters = self.running_counters(engine) - before
+            if (running := self.running_counters(engine)) is not None:
+                counters = running - before
+            else:
+                _, counters = self.generate(engine, dataclasses.replace(scenario, max_tokens=16),
+                                            requests[0], False)
+                if self.server_wide_counters:
+                    counters = self.counters(engine) - before
             if streams.running() < len(payloads):
                 raise RuntimeError(f"only {streams.running()} of {len(payloads)} streams still "
                                    "ran at SIGTERM: raise max_tokens")

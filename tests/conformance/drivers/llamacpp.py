@@ -100,6 +100,8 @@ class LlamaCppDriver(Driver):
         args = list(COMMON_ARGS)
         if config == "two_slots":
             args[args.index("-np") + 1] = "2"
+        if config == "bench":  # common_speculative's per-request statistics (draft time)
+            args += ["-lv", "4"]
         argv = [str(LLAMA_SERVER), "-m", str(gguf(family, "target")),
                 "--host", "127.0.0.1", "--port", str(port), *args]
         if config == "vision":

@@ -27,8 +27,8 @@ import time
 from ..compare import Counters, Output, Run
 from ..prompts import Request
 from ..scenarios import Scenario
-from .base import (BASELINE, FIXTURES, REPO, Driver, EngineProcess, Method, free_port,
-                   http_json, metrics)
+from .base import (BASELINE, FIXTURES, PROFILES, REPO, Driver, EngineProcess, Method,
+                   free_port, http_json, metrics)
 
 PYTHON = REPO / ".venvs" / "sglang" / "bin" / "python"
 PORTS = range(8200, 8300)  # this engine's port range on shared machines
@@ -38,6 +38,10 @@ ENV = {"SGLANG_USE_CPU_ENGINE": "1", "SGLANG_MAMBA_CONV_DTYPE": "float32"}
 # tiny_kv: admit optimistically (SGLang reserves 0.7 x max_new_tokens per request by default,
 # which can keep all 8 requests inside the pool), so running requests outgrow it and retract
 TINY_KV_ENV = {"SGLANG_INIT_NEW_TOKEN_RATIO": "0.05"}
+# /server_info's avg_spec_accept_length (the only acceptance figure SGLang gives an OpenAI
+# client) adds a step's counts to its totals only when it logs a decode step, every 40 by default
+# (metrics_reporter.py): logging every step makes it the mean over all of a run's steps
+COMPLETE_ACCEPT_LENGTH = ["--decode-log-interval", "1"]
 COMMON_ARGS = ["--device", "cpu", "--dtype", "float32", "--chunked-prefill-size", str(CHUNK),
                "--enable-metrics", "--random-seed", "0", "--skip-server-warmup",
                # compact JSON: xgrammar otherwise allows unbounded whitespace, which the fixtures'
@@ -63,15 +67,19 @@ def server_args(config: str, family: str, method: Method, port: int | None) -> l
                  "--speculative-draft-model-path", str(FIXTURES / drafter_family(family) / method.drafter),
                  "--speculative-draft-attention-backend", "flashinfer",
                  "--speculative-dspark-block-size", str(method.max_draft)]
+    if config == "bench":
+        argv += COMPLETE_ACCEPT_LENGTH
     return argv
 
 
 def engine_process(name: str, config: str, family: str, method: Method) -> EngineProcess:
     port = free_port(PORTS)
+    env = {**ENV, **(TINY_KV_ENV if config == "tiny_kv" else {})}
+    if config == "bench":  # /start_profile writes its traces there
+        env["SGLANG_TORCH_PROFILER_DIR"] = str(PROFILES / "sglang")
     return EngineProcess(name, [str(PYTHON), "-m", "sglang.launch_server",
                                 *server_args(config, family, method, port)],
-                         port, "/health", method,
-                         {**ENV, **(TINY_KV_ENV if config == "tiny_kv" else {})})
+                         port, "/health", method, env)
 
 
 class SglangDriver(Driver):

@@ -17,8 +17,8 @@ from pathlib import Path
 from ..compare import Counters, Output, Run
 from ..prompts import Request
 from ..scenarios import Scenario
-from .base import (BASELINE, FIXTURES, REPO, Driver, EngineProcess, Method, free_port,
-                   http_json, metric_by_label, metrics)
+from .base import (BASELINE, FIXTURES, PROFILES, REPO, Driver, EngineProcess, Method,
+                   free_port, http_json, metric_by_label, metrics)
 
 VLLM = REPO / ".venvs" / "vllm" / "bin" / "vllm"
 SERVED_NAME = "target"
@@ -108,7 +108,13 @@ class VllmDriver(Driver):
 
     def start(self, config: str, family: str, method: Method) -> EngineProcess:
         args = []
+        env = None
         max_model_len = MAX_MODEL_LEN
+        if config == "bench":  # as served for speed: torch.compile on, profiler scopes on call
+            args += ["--profiler-config", json.dumps(
+                {"profiler": "torch", "torch_profiler_dir": str(PROFILES / self.engine),
+                 "torch_profiler_with_stack": False})]
+            env = {"VLLM_CUSTOM_SCOPES_FOR_PROFILING": "1"}  # gpu_model_runner's step scopes
         if config == "tiny_kv":  # vLLM refuses a max-model-len the pool cannot hold
             args += ["--num-gpu-blocks-override", str(TINY_KV_BLOCKS)]
             max_model_len = TINY_KV_MODEL_LEN
@@ -117,7 +123,7 @@ class VllmDriver(Driver):
             args += speculative_args(method.name, FIXTURES / drafter_family / method.drafter,
                                      num_speculative_tokens=method.max_draft)
         return serve(f"{config}-{family}-{method.name}", FIXTURES / family / "target", *args,
-                     method=method, max_model_len=max_model_len)
+                     eager=config != "bench", env=env, method=method, max_model_len=max_model_len)
 
     def counters(self, engine: EngineProcess) -> Counters:
         return spec_counters(engine)
