@@ -1,7 +1,9 @@
 """Side-by-side benchmark: per engine, on the same fixtures and prompts, in one run, no
 speculation, the engine's DFlash control and our method, at concurrency 1 and 4, on the
 benchmark family (fixtures/REPORT.md) by default, each server as it is served for speed (vLLM
-with torch.compile; the drivers' "bench" configuration).
+with torch.compile; the drivers' "bench" configuration); where the engine can choose each
+step's drafted length from its own costs (llama.cpp's --spec-draft-cost-aware), every command
+again with that option, the drafted tokens per step beside the acceptance length.
 
 Load and latency come from vLLM's own benchmark client (`vllm bench serve`, OpenAI completions
 API, which all three engines serve); acceptance from each engine's own counters (Prometheus
@@ -59,12 +61,14 @@ class Measurement:
     concurrency: int
     acceptance_length: float
     max_draft: int
+    cost_aware: bool                   # the engine chose each step's drafted length
     decode_tokens_per_second: float    # 1 / mean TPOT (one request) or output throughput
     mean_ttft_ms: float
     mean_tpot_ms: float
     peak_memory_mb: float
     # accepted / drafts at each draft position (empty where the engine reports totals only)
     acceptance_per_position: list[float] = field(default_factory=list)
+    drafted_per_step: float = 0.0      # drafted tokens per verification (where counted)
     speedup: float = 1.0               # decode tokens/s over the no-speculation row
     ttft_ratio: float = 1.0
     memory_ratio: float = 1.0
@@ -127,19 +131,21 @@ def vllm_bench(engine: EngineProcess, prompts: Path, count: int, concurrency: in
     return r
 
 
-def acceptance(driver: Driver, engine: EngineProcess, before: tuple) -> tuple[float, list[float]]:
-    """Acceptance length since ``before`` and the acceptance rate per draft position."""
+def acceptance(driver: Driver, engine: EngineProcess, before: tuple) -> tuple[float, list[float], float]:
+    """Acceptance length since ``before``, the acceptance rate per draft position and the
+    drafted tokens per verification (0 where not counted)."""
     if isinstance(driver, SglangDriver):  # SGLang reports the running mean only
         from tests.conformance.drivers.base import http_json
         return float(http_json(engine.url + "/server_info")["internal_states"][0]
-                     .get("avg_spec_accept_length") or 0.0), []
+                     .get("avg_spec_accept_length") or 0.0), [], 0.0
     counters_before, positions_before = before
     counters = driver.counters(engine) - counters_before
     positions = driver.accepted_per_position(engine)
     rates = ([round((now - then) / counters.drafts, 3)
               for now, then in zip(positions, positions_before)]
              if positions and counters.drafts else [])
-    return counters.acceptance_length, rates
+    drafted = counters.draft_tokens / counters.drafts if counters.drafts else 0.0
+    return counters.acceptance_length, rates, drafted
 
 
 def measure(driver: Driver, method: Method, prompts: Path, count: int, family: str,
@@ -153,14 +159,15 @@ def measure(driver: Driver, method: Method, prompts: Path, count: int, family: s
             r = vllm_bench(engine, prompts, count, concurrency, family)
             tps = (1000 / r["mean_tpot_ms"] if concurrency == 1 and r["mean_tpot_ms"]
                    else r["output_throughput"])
-            al, per_position = acceptance(driver, engine, before) if method.drafter else (1.0, [])
+            al, per_position, drafted = (acceptance(driver, engine, before) if method.drafter
+                                         else (1.0, [], 0.0))
             if concurrency == 1:
                 first_tpot = tpot_ms(r, PROFILED_PROMPTS)
             rows.append(Measurement(
                 driver.engine, method.name, method.ours, concurrency, round(al, 3),
-                method.max_draft if method.drafter else 0, round(tps, 1),
+                method.max_draft if method.drafter else 0, method.cost_aware, round(tps, 1),
                 round(r["mean_ttft_ms"], 1), round(r["mean_tpot_ms"], 2),
-                round(peak_memory_mb(engine), 1), per_position,
+                round(peak_memory_mb(engine), 1), per_position, round(drafted, 2),
                 generated_texts=r["generated_texts"] if concurrency == 1 else []))
         step_parts(driver.engine, engine, method, rows[0], prompts, family, windows, first_tpot)
     return rows
@@ -196,7 +203,8 @@ def step_parts(engine_name: str, engine: EngineProcess, method: Method, row: Mea
 def add_bounds(rows: list[Measurement]) -> None:
     """AL x T_step / (T_draft + T_verify) for the concurrency-1 speculative rows."""
     for row in rows:
-        if not row.max_draft or row.concurrency != 1:
+        # a cost-aware row's verify window changes from step to step: no one bound
+        if not row.max_draft or row.concurrency != 1 or row.cost_aware:
             continue
         base = next(b for b in rows if b.engine == row.engine and b.method == BASELINE.name
                     and b.concurrency == 1)
@@ -238,16 +246,17 @@ def add_ratios(rows: list[Measurement]) -> None:
 
 def markdown(rows: list[Measurement], header: str) -> str:
     lines = [header, "",
-             "| engine | method | conc. | AL (<= drafted+1) | decode tok/s | speedup | "
+             "| engine | method | conc. | AL (<= drafted+1) | drafted / step | decode tok/s | speedup | "
              "step cost / target step | TTFT ms (ratio) | peak MB (ratio) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         drafted = f" (<= {r.max_draft + 1})" if r.max_draft else ""
         # speedup = AL x t_target_step / (t_draft + t_verify): the measured AL and speedup
         # give the cost of one draft-and-verify step in target decode steps (1.0 = free drafting)
         cost = f"{r.acceptance_length / r.speedup:.2f}" if r.max_draft and r.speedup else ""
         lines.append(f"| {r.engine} | {r.method}{' (ours)' if r.ours else ''} | {r.concurrency} | "
-                     f"{r.acceptance_length}{drafted} | {r.decode_tokens_per_second} | "
+                     f"{r.acceptance_length}{drafted} | {r.drafted_per_step or ''} | "
+                     f"{r.decode_tokens_per_second} | "
                      f"{r.speedup}x | {cost} | {r.mean_ttft_ms} ({r.ttft_ratio}) | "
                      f"{r.peak_memory_mb:.0f} ({r.memory_ratio}) |")
     return "\n".join(lines + bound_table(rows) + position_table(rows) + output_verdicts(rows)) + "\n"
@@ -305,7 +314,8 @@ def chart(rows: list[Measurement], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     spec = [r for r in rows if r.max_draft and r.concurrency == 1]
-    labels = [f"{r.engine}\n{r.method.replace('draft-dflash-', '')}" for r in spec]
+    labels = [f"{r.engine}\n" + r.method.replace("draft-dflash-", "").replace("draft-", "")
+              .replace("+cost-aware", "\ncost-aware") for r in spec]
     fig, axes = plt.subplots(1, 2, figsize=(max(6, 1.4 * len(spec)), 3.6))
     for ax, values, title in ((axes[0], [r.acceptance_length for r in spec], "acceptance length"),
                               (axes[1], [r.speedup for r in spec], "decode speedup (conc. 1)")):
@@ -338,7 +348,7 @@ def main() -> int:
     for name in args.engines.split(","):
         driver = DRIVERS[name]()
         windows = sorted({m.max_draft + 1 for m in driver.methods})
-        for method in (BASELINE, *driver.methods):
+        for method in (BASELINE, *driver.methods, *driver.cost_aware_methods):
             print(f"== {name} / {method.name}", flush=True)
             rows += measure(driver, method, prompts, args.prompts, args.family, windows)
     add_ratios(rows)

@@ -84,7 +84,9 @@ class Campaign:
             try:
                 result = judge(self.driver.engine, scenario, method.name, family,
                                self._run(scenario, BASELINE), self._run(scenario, method),
-                               method.max_draft, method.ours,
+                               # our methods' in-domain floor holds for full drafts; a
+                               # cost-aware one drafts shorter where that pays, by design
+                               method.max_draft, method.ours and not method.cost_aware,
                                scenario.per_output(prompt_set(scenario.prompts)),
                                lambda: self.reference(scenario))
             except Exception as exc:

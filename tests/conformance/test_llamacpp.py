@@ -1,6 +1,7 @@
 """Conformance of llama-server: every scenario with draft-dflash (the control, plain DFlash
-GGUF), draft-dflash with a LiLiCorr GGUF, and DSpark with --spark-block-size; and SPEC.md's two
-llama-server commands on the fixture builder's held-out prompts (issue 7)."""
+GGUF), draft-dflash with a LiLiCorr GGUF, and DSpark with --spark-block-size; the key scenarios
+with each of them cost-aware (--spec-draft-cost-aware); and SPEC.md's two llama-server commands
+on the fixture builder's held-out prompts (issue 7)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 
 from .conftest import (campaign_for, check, check_gaps_match_the_reference,
                        check_lilicorr_earns_its_cost)
-from .drivers.llamacpp import LlamaCppDriver
+from .drivers.llamacpp import COST_AWARE_SCENARIOS, LlamaCppDriver
 from .scenarios import HELD_OUT_SCENARIOS, SCENARIOS, TWO_SLOTS
 
 pytestmark = pytest.mark.slow
@@ -17,6 +18,14 @@ pytestmark = pytest.mark.slow
 @pytest.mark.parametrize("method", LlamaCppDriver.methods, ids=lambda m: m.name)
 @pytest.mark.parametrize("scenario", (*SCENARIOS, TWO_SLOTS), ids=lambda s: s.name)
 def test_llamacpp(scenario, method, reliability):
+    check(campaign_for(LlamaCppDriver).case(scenario, method), scenario, reliability)
+
+
+@pytest.mark.parametrize("method", LlamaCppDriver.cost_aware_methods, ids=lambda m: m.name)
+@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s.name in COST_AWARE_SCENARIOS],
+                         ids=lambda s: s.name)
+def test_llamacpp_cost_aware(scenario, method, reliability):
+    """Each command again with --spec-draft-cost-aware: steps draft 0 to the fixed length."""
     check(campaign_for(LlamaCppDriver).case(scenario, method), scenario, reliability)
 
 

@@ -34,7 +34,10 @@ class Method:
     name: str                # "baseline", or the speculative method as the engine names it
     drafter: str | None      # fixture role of the drafter ("dflash", "lilicorr", "dspark")
     ours: bool = False       # our method (True) or the engine's own DFlash control
-    max_draft: int = 7
+    max_draft: int = 7       # drafted tokens per step (with cost_aware: at most)
+    # the engine picks each step's drafted length from its measured verify cost and running
+    # acceptance (llama-server's --spec-draft-cost-aware)
+    cost_aware: bool = False
 
 
 BASELINE = Method("baseline", None)
@@ -245,6 +248,8 @@ class PeakRss:
 class Driver(ABC):
     engine: str
     methods: tuple[Method, ...]
+    # the methods again with the engine choosing each step's drafted length (Method.cost_aware)
+    cost_aware_methods: tuple[Method, ...] = ()
     vision_family: str
     # True: the engine reports speculative counters only server-wide (diffed around a scenario)
     server_wide_counters = False

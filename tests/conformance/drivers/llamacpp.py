@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import json
 import time
+from dataclasses import replace
 
 from ..compare import Counters, Output, Run
 from ..prompts import Request
@@ -36,6 +37,10 @@ LLAMA_SERVER = REPO / "build" / "llama.cpp" / "build" / "bin" / "llama-server"
 GGUF = FIXTURES / "gguf"
 PORTS = range(8300, 8400)  # this engine's share of the machine's ports
 CHUNK = 64                 # -b / -ub: prompt tokens per decode
+# --spec-draft-cost-aware changes only how many drafted tokens a step verifies: one request, a
+# batch, concurrent requests and the hybrid target's state rollback after partial acceptance
+COST_AWARE_SCENARIOS = ("one_request", "batch_mixed_lengths", "concurrent_requests",
+                        "hybrid_partial_acceptance")
 COMMON_ARGS = ["-t", "2", "-c", "8192", "-np", "4", "-kvu", "-b", str(CHUNK), "-ub", str(CHUNK),
                "--no-warmup", "--metrics",
                "-ctk", "f32", "-ctv", "f32", "-ctkd", "f32", "-ctvd", "f32", "-fa", "off"]
@@ -56,12 +61,14 @@ def speculative_args(method: Method, family: str) -> list[str]:
     if method.drafter is None:
         return []
     drafter = str(gguf(family, method.drafter))
-    if method.name == "draft-dflash":
-        return ["--spec-type", "draft-dflash", "-md", drafter, "--spec-draft-n-max", str(method.max_draft)]
-    if method.name == "draft-dflash-lilicorr":
-        return ["--spec-type", "draft-dflash", "--spec-draft-model", drafter]
-    if method.name == "draft-dspark":
-        return ["-md", drafter, "--spark-block-size", str(method.max_draft)]
+    cost_aware = ["--spec-draft-cost-aware"] if method.cost_aware else []
+    if method.drafter == "dflash":
+        return ["--spec-type", "draft-dflash", "-md", drafter, "--spec-draft-n-max", str(method.max_draft),
+                *cost_aware]
+    if method.drafter == "lilicorr":
+        return ["--spec-type", "draft-dflash", "--spec-draft-model", drafter, *cost_aware]
+    if method.drafter == "dspark":
+        return ["-md", drafter, "--spark-block-size", str(method.max_draft), *cost_aware]
     raise ValueError(f"unknown llama.cpp method {method.name!r}")
 
 
@@ -84,8 +91,15 @@ class LlamaCppDriver(Driver):
         Method("draft-dflash-lilicorr", "lilicorr", ours=True, max_draft=7),
         Method("draft-dspark", "dspark", ours=True, max_draft=8),
     )
+    # the same commands with --spec-draft-cost-aware: each step drafts what this machine's verify
+    # cost pays for (0 to the fixed length); the benchmark runs them beside the fixed length
+    cost_aware_methods = tuple(replace(m, name=f"{m.name}+cost-aware", cost_aware=True)
+                               for m in methods)
 
     def unavailable(self, scenario: Scenario, method: Method) -> str | None:
+        if method.cost_aware and scenario.name not in COST_AWARE_SCENARIOS:
+            return ("the cost-aware variants run the key scenarios (" + ", ".join(COST_AWARE_SCENARIOS)
+                    + "); each fixed-length command runs them all")
         if scenario.config == "tiny_kv":
             return ("llama-server never preempts a running request: when its KV pool is full it "
                     "clears idle slots and halves the batch, then fails every running request "
