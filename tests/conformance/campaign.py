@@ -88,7 +88,7 @@ class Campaign:
                                # cost-aware one drafts shorter where that pays, by design
                                method.max_draft, method.ours and not method.cost_aware,
                                scenario.per_output(prompt_set(scenario.prompts)),
-                               lambda: self.reference(scenario))
+                               lambda: self.reference(scenario), method.cost_aware)
             except Exception as exc:
                 result = CaseResult(self.driver.engine, scenario.name, method.name, family, "fail",
                                     f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}")

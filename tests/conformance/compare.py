@@ -208,9 +208,12 @@ def schema_violation(text: str, schema: dict) -> str | None:
 
 def judge(engine: str, scenario: Scenario, method: str, family: str, baseline: Run, spec: Run,
           max_draft: int, ours: bool = False, requests: Sequence[Request] = (),
-          reference: Callable[[], FloatReference] | None = None) -> CaseResult:
+          reference: Callable[[], FloatReference] | None = None,
+          cost_aware: bool = False) -> CaseResult:
     """Compare a speculative run with the baseline and check speculation really ran (and, for
-    ``ours``, reached the scenario's floor for our methods). Differing outputs are judged
+    ``ours``, reached the scenario's floor for our methods; ``cost_aware``, drafted fewer than
+    ``max_draft`` tokens per step on average, the sign that the engine chose the lengths).
+    Differing outputs are judged
     against ``reference`` (the family's float32 target, loaded on first use) at the prompts
     ``requests``; without them, by the baseline engine's own top1-top2 gap."""
     c = spec.counters
@@ -231,6 +234,9 @@ def judge(engine: str, scenario: Scenario, method: str, family: str, baseline: R
         problems.append(f"acceptance length {c.acceptance_length:.2f} outside 1..{max_draft + 1}")
     elif scenario.compares_outputs and c.acceptance_length < floor:
         problems.append(f"acceptance length {c.acceptance_length:.2f} < floor {floor}")
+    elif cost_aware and c.draft_tokens >= max_draft * c.drafts:
+        problems.append(f"cost-aware, but every step drafted {max_draft} tokens "
+                        f"({c.draft_tokens} in {c.drafts} drafts): the option did not reach the engine")
     for i, output in enumerate(spec.outputs):
         # a stream cut by a shutdown is counted by re-tokenising its text, which can split it
         # into more tokens than were generated

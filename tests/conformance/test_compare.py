@@ -42,6 +42,15 @@ def test_impossible_acceptance_length_fails():
     assert r.status == "fail" and "outside 1..8" in r.reason
 
 
+def test_cost_aware_run_that_always_drafted_the_fixed_length_fails():
+    """The option must have reached the engine: some step drafted less than the fixed length."""
+    shorter = judge("e", EXACT, "m", "f", run([1]), run([1], counters=Counters(2, 9, 6)), 7,
+                    cost_aware=True)
+    fixed = judge("e", EXACT, "m", "f", run([1]), run([1]), 7, cost_aware=True)
+    assert shorter.status == "pass"
+    assert fixed.status == "fail" and "did not reach the engine" in fixed.reason
+
+
 def test_overshooting_max_tokens_fails():
     r = judge("e", LOOSE, "m", "f", run([1] * 5), run([1] * 6), 7)
     assert r.status == "fail" and "> max_tokens 5" in r.reason

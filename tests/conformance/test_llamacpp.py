@@ -9,7 +9,8 @@ import pytest
 
 from .conftest import (campaign_for, check, check_gaps_match_the_reference,
                        check_lilicorr_earns_its_cost)
-from .drivers.llamacpp import COST_AWARE_SCENARIOS, LlamaCppDriver
+from .drivers.base import COST_AWARE_SCENARIOS
+from .drivers.llamacpp import LlamaCppDriver
 from .scenarios import HELD_OUT_SCENARIOS, SCENARIOS, TWO_SLOTS
 
 pytestmark = pytest.mark.slow

@@ -6,7 +6,7 @@ import pytest
 
 from blockdraft.specs import DrafterSpecError
 from lilicorr_checkpoints import drafter_config, write_checkpoint
-from vllm_lilicorr.speculative_config import prepare
+from vllm_lilicorr.speculative_config import prepare, take_cost_aware
 
 TARGET = SimpleNamespace(architectures=["Qwen3ForCausalLM"], hidden_size=256, vocab_size=2048,
                          num_hidden_layers=4)
@@ -131,3 +131,21 @@ def test_plain_dflash_checkpoint_is_untouched(tmp_path):
     folder = write_checkpoint(tmp_path / "dflash", drafter_config("DFlashDraftModel"))
     spec = {"method": "dflash", "model": str(folder), "num_speculative_tokens": 7}
     assert prepare(dict(spec), TARGET) == spec
+
+
+@pytest.mark.parametrize("method", ["lilicorr", "dflash"])
+def test_cost_aware_is_taken_out_for_our_proposer(method):
+    spec, cost_aware = take_cost_aware({"method": method, "model": "m", "cost-aware": True})
+    assert (spec, cost_aware) == ({"method": method, "model": "m"}, True)
+    assert take_cost_aware({"method": method}) == ({"method": method}, False)
+
+
+@pytest.mark.parametrize("spec, fragment", [
+    ({"method": "lilicorr", "cost_aware": "yes"}, "must be true or false"),
+    ({"method": "eagle3", "cost_aware": True}, "not 'eagle3'; remove it"),
+    ({"method": "ngram", "cost_aware": True}, '"method":"lilicorr" and "dflash" drafts'),
+])
+def test_cost_aware_elsewhere_is_refused(spec, fragment):
+    with pytest.raises(DrafterSpecError, match=fragment) as info:
+        take_cost_aware(spec)
+    assert "\n" not in str(info.value)

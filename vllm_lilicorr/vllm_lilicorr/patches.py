@@ -44,14 +44,20 @@ def _install_method_alias(refusal: str | None = None) -> None:
 
     def make(original):
         def create_speculative_config(self, target_model_config, target_parallel_config):
+            cost_aware = False
             if isinstance(self.speculative_config, dict):
-                from .speculative_config import METHOD, prepare
+                from .speculative_config import METHOD, prepare, take_cost_aware
 
                 if refusal is not None and self.speculative_config.get("method") == METHOD:
                     raise RuntimeError(refusal)
-                self.speculative_config = prepare(self.speculative_config,
-                                                  target_model_config.hf_text_config)
-            return original(self, target_model_config, target_parallel_config)
+                spec, cost_aware = take_cost_aware(self.speculative_config)
+                self.speculative_config = prepare(spec, target_model_config.hf_text_config)
+            speculative_config = original(self, target_model_config, target_parallel_config)
+            if cost_aware:
+                from .speculative_config import mark_cost_aware
+
+                mark_cost_aware(speculative_config)
+            return speculative_config
         return create_speculative_config
 
     _wrap(EngineArgs, "create_speculative_config", make)
@@ -180,7 +186,8 @@ def restore_factor_bias_dtype(head) -> None:
 PATCH_POINTS = (
     PatchPoint(
         target="vllm.engine.arg_utils.EngineArgs.create_speculative_config",
-        how="wrapped: the user's dict goes through speculative_config.prepare first",
+        how="wrapped: the user's dict goes through speculative_config.prepare first; our "
+            '"cost_aware" key is taken out before and set on the built config after',
         why='vLLM\'s SpeculativeConfig rejects "method":"lilicorr" (a pydantic Literal) and '
             "runs LiLiCorr as dflash + LiLiCorrDraftModel. This is the one call that turns the "
             "dict of `vllm serve --speculative-config` and `LLM(speculative_config=...)` into "

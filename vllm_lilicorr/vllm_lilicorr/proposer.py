@@ -16,15 +16,24 @@ changes only how the block's hidden states become tokens, the way the V2 specula
 
 For drafts that are not LiLiCorr every override falls straight through to DFlashProposer, so
 plain DFlash runs exactly as upstream.
+
+With ``"cost_aware": true`` (DFlash and LiLiCorr drafts) each step still drafts the whole block,
+which also writes the step's context into the draft KV cache, and hands the scheduler only the
+first k tokens, k chosen by ``blockdraft.draft_length`` from this engine's own step times
+(the time between two drafts, by target tokens in the step) and acceptance per position.
+vLLM's runner already verifies drafts of any length per request (structured outputs shorten
+them too), so nothing else changes.
 """
 
 from __future__ import annotations
 
 import functools
+import time
 from typing import Any
 
 import torch
 
+from blockdraft.draft_length import CostAwareDraftLength
 from blockdraft.lattice import greedy_walk, sample_walk
 from vllm.distributed import get_tensor_model_parallel_world_size
 from vllm.logger import init_logger
@@ -34,7 +43,7 @@ from vllm.v1.sample.sampler import _SAMPLING_EPS
 from vllm.v1.spec_decode.dflash import DFlashProposer
 
 from .patches import fix_cpu_expand_kernel, fix_cpu_grouped_k_norm, restore_factor_bias_dtype
-from .speculative_config import is_lilicorr_draft
+from .speculative_config import is_cost_aware, is_lilicorr_draft
 
 logger = init_logger("vllm." + __name__)  # under vLLM's logging configuration
 
@@ -49,6 +58,10 @@ class LiLiCorrProposer(DFlashProposer):
         fix_cpu_grouped_k_norm()
         self._anchor_hidden: torch.Tensor | None = None
         self._anchor_valid: torch.Tensor | None = None
+        self.draft_length = (CostAwareDraftLength(self.num_speculative_tokens)
+                             if is_cost_aware(self.speculative_config) else None)
+        self._last_draft_end: float | None = None
+        self._curve_logged = False
 
     def load_model(self, target_model: torch.nn.Module) -> None:
         super().load_model(target_model)
@@ -106,6 +119,41 @@ class LiLiCorrProposer(DFlashProposer):
         self.lattice_head(zeros(*shape, hidden), torch.zeros(shape, device=self.device),
                           zeros(*shape[:2], hidden), zeros(num_reqs, hidden),
                           torch.ones(num_reqs, dtype=torch.bool, device=self.device))
+
+    def propose(self, num_speculative_tokens: int, **kwargs: Any) -> torch.Tensor:
+        """DFlashProposer.propose; cost-aware, its first k drafted tokens per request."""
+        if self.draft_length is None:
+            return super().propose(num_speculative_tokens, **kwargs)
+        started = time.perf_counter()
+        self._record_verified_step(kwargs["common_attn_metadata"],
+                                   kwargs.get("num_rejected_tokens_gpu"), started)
+        drafts = super().propose(num_speculative_tokens, **kwargs)
+        self.draft_length.record_draft(time.perf_counter() - started)
+        drafts = drafts[:, :self.draft_length.choose(drafts.shape[0])]
+        if not self._curve_logged and self.draft_length.warmed_up:
+            self._curve_logged = True
+            logger.info("cost-aware drafting, step ms by target tokens: %s; drafting 0..%d tokens "
+                        "per step", ", ".join(f"{n}: {t * 1e3:.1f}"
+                                              for n, t in self.draft_length.curve.points()),
+                        self.draft_length.max_length)
+        self._last_draft_end = time.perf_counter()
+        return drafts
+
+    def _record_verified_step(self, cad, num_rejected: torch.Tensor | None, now: float) -> None:
+        """The step that just verified the last drafts: its time since that draft (scheduling,
+        the target forward, sampling) by target tokens, and the acceptance per position. Steps
+        with a prefill are left out: their time is the prompt's, and may follow an idle gap."""
+        last_draft_end, self._last_draft_end = self._last_draft_end, None
+        if last_draft_end is None or cad.max_query_len > self.draft_length.max_length + 1:
+            return
+        self.draft_length.record_step(cad.num_actual_tokens, now - last_draft_end)
+        if num_rejected is None:
+            return
+        num_reqs = cad.batch_size()
+        query_lens = cad.query_start_loc_cpu[1:num_reqs + 1] - cad.query_start_loc_cpu[:num_reqs]
+        drafted = (query_lens - 1).tolist()
+        rejected = num_rejected[:num_reqs].tolist()
+        self.draft_length.record_acceptance(drafted, [d - r for d, r in zip(drafted, rejected)])
 
     def set_inputs_first_pass(self, *, target_hidden_states: torch.Tensor, cad,
                               num_rejected_tokens_gpu: torch.Tensor | None, **kwargs: Any):

@@ -32,6 +32,10 @@ METHOD = "lilicorr"
 VLLM_METHOD = "dflash"
 # vLLM's architecture name of the format (model_executor/models/registry.py).
 ARCHITECTURE = "LiLiCorrDraftModel"
+# Our key: num_speculative_tokens becomes the most a step drafts, and each step drafts what its
+# verification pays for (blockdraft.draft_length). Carried to the workers as an attribute of
+# the built SpeculativeConfig, which vLLM pickles with the rest of VllmConfig.
+COST_AWARE = "cost_aware"
 
 
 def is_lilicorr_draft(speculative_config: Any) -> bool:
@@ -40,6 +44,26 @@ def is_lilicorr_draft(speculative_config: Any) -> bool:
         return False
     draft = getattr(speculative_config, "draft_model_config", None)
     return draft is not None and ARCHITECTURE in (draft.architectures or [])
+
+
+def take_cost_aware(spec: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """The user's dict without ``"cost_aware"`` (which vLLM would refuse), and its value."""
+    spec = {key.replace("-", "_"): value for key, value in spec.items()}
+    cost_aware = spec.pop(COST_AWARE, False)
+    if not isinstance(cost_aware, bool):
+        raise DrafterSpecError(f'"{COST_AWARE}" must be true or false, not {cost_aware!r}')
+    if cost_aware and spec.get("method") not in (METHOD, VLLM_METHOD):
+        raise DrafterSpecError(f'"{COST_AWARE}" is for "method":"{METHOD}" and '
+                               f'"{VLLM_METHOD}" drafts, not {spec.get("method")!r}; remove it')
+    return spec, cost_aware
+
+
+def mark_cost_aware(speculative_config: Any) -> None:
+    object.__setattr__(speculative_config, COST_AWARE, True)  # not a field: pydantic allows it
+
+
+def is_cost_aware(speculative_config: Any) -> bool:
+    return bool(getattr(speculative_config, COST_AWARE, False))
 
 
 def prepare(spec: dict[str, Any], target_text_config: Any) -> dict[str, Any]:

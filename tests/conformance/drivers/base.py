@@ -41,6 +41,10 @@ class Method:
 
 
 BASELINE = Method("baseline", None)
+# A cost-aware drafted length changes only how many drafted tokens a step verifies: one request,
+# a batch, concurrent requests and a hybrid target's state rollback after partial acceptance
+COST_AWARE_SCENARIOS = ("one_request", "batch_mixed_lengths", "concurrent_requests",
+                        "hybrid_partial_acceptance")
 
 
 def free_port(ports: range | None = None) -> int:
@@ -255,12 +259,19 @@ class Driver(ABC):
     server_wide_counters = False
     # scenarios this engine runs besides the shared list (see scenarios.py)
     extra_scenarios: tuple[Scenario, ...] = ()
+    # tokens of the streams a shutdown scenario interrupts, where the scenario's are too few to
+    # outlast the steps before the signal on a fast machine
+    shutdown_stream_tokens = 0
 
     def family(self, scenario: Scenario) -> str:
         return self.vision_family if scenario.family == "vision" else scenario.family
 
     def unavailable(self, scenario: Scenario, method: Method) -> str | None:
-        """Why this engine cannot run the scenario with the method, or None."""
+        """Why this engine cannot run the scenario with the method, or None (engines add their
+        own reasons to these)."""
+        if method.cost_aware and scenario.name not in COST_AWARE_SCENARIOS:
+            return ("the cost-aware variants run the key scenarios (" + ", ".join(COST_AWARE_SCENARIOS)
+                    + "); each fixed-length method runs them all")
         return None
 
     @abstractmethod
@@ -311,7 +322,7 @@ class Driver(ABC):
         Waiting for that request lets a slow machine finish the streams first, so only engines
         that need it send it."""
         before = self.counters(engine) if self.server_wide_counters else Counters()
-        payloads = long_streams(requests[1:], scenario.max_tokens)
+        payloads = long_streams(requests[1:], max(scenario.max_tokens, self.shutdown_stream_tokens))
         with LiveStreams(engine.url + "/v1/completions", payloads,
                          chunks=8) as streams:  # several verify steps: counters to read
             if not streams.wait_started(120):

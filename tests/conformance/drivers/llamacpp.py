@@ -37,10 +37,6 @@ LLAMA_SERVER = REPO / "build" / "llama.cpp" / "build" / "bin" / "llama-server"
 GGUF = FIXTURES / "gguf"
 PORTS = range(8300, 8400)  # this engine's share of the machine's ports
 CHUNK = 64                 # -b / -ub: prompt tokens per decode
-# --spec-draft-cost-aware changes only how many drafted tokens a step verifies: one request, a
-# batch, concurrent requests and the hybrid target's state rollback after partial acceptance
-COST_AWARE_SCENARIOS = ("one_request", "batch_mixed_lengths", "concurrent_requests",
-                        "hybrid_partial_acceptance")
 COMMON_ARGS = ["-t", "2", "-c", "8192", "-np", "4", "-kvu", "-b", str(CHUNK), "-ub", str(CHUNK),
                "--no-warmup", "--metrics",
                "-ctk", "f32", "-ctv", "f32", "-ctkd", "f32", "-ctvd", "f32", "-fa", "off"]
@@ -97,9 +93,8 @@ class LlamaCppDriver(Driver):
                                for m in methods)
 
     def unavailable(self, scenario: Scenario, method: Method) -> str | None:
-        if method.cost_aware and scenario.name not in COST_AWARE_SCENARIOS:
-            return ("the cost-aware variants run the key scenarios (" + ", ".join(COST_AWARE_SCENARIOS)
-                    + "); each fixed-length command runs them all")
+        if reason := super().unavailable(scenario, method):
+            return reason
         if scenario.config == "tiny_kv":
             return ("llama-server never preempts a running request: when its KV pool is full it "
                     "clears idle slots and halves the batch, then fails every running request "

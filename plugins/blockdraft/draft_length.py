@@ -1,0 +1,113 @@
+"""Cost-aware drafted length: each step drafts only as many tokens as their verification pays for.
+
+For the ``d`` sequences drafting together, drafting ``k`` tokens each is worth
+
+    d (1 + S_1 + ... + S_k) / (T_draft + T_verify(d (k + 1)))
+
+tokens per second, where ``S_i`` is the running share of drafts reaching position ``i`` that were
+accepted up to it (acceptance is a prefix, so drafting fewer tokens does not change it),
+``T_draft`` the running draft time and ``T_verify(n)`` the engine's time for a step of ``n``
+target tokens. The same rule as llama.cpp's ``--spec-draft-cost-aware`` (llamacpp_patches/0011),
+for engines that keep the draft running every step (vLLM's block drafter writes the target's
+context into its KV cache in the draft pass, so ``k = 0`` still drafts and then verifies none).
+
+An engine that cannot time its target forwards at start-up learns ``T_verify`` from its own
+steps: the first steps cycle through every length, and later ones explore around the choice.
+Engine-free: adapters report times and acceptance and ask for a length.
+"""
+
+from __future__ import annotations
+
+import bisect
+import statistics
+from collections import deque
+from collections.abc import Iterable
+
+
+class StepCostCurve:
+    """T_verify(n): the median of the recent times of steps over ``n`` target tokens, linear
+    between measured sizes, flat below the smallest, extended with the last slope past the
+    largest, and never decreasing with ``n`` (a step slowed by the machine is bounded by the
+    larger ones)."""
+
+    def __init__(self, window: int = 9) -> None:
+        self._samples: dict[int, deque[float]] = {}
+        self._window = window
+
+    def record(self, num_tokens: int, seconds: float) -> None:
+        self._samples.setdefault(num_tokens, deque(maxlen=self._window)).append(seconds)
+
+    def points(self) -> list[tuple[int, float]]:
+        sizes = sorted(self._samples)
+        times = [statistics.median(self._samples[n]) for n in sizes]
+        for i in range(len(times) - 2, -1, -1):
+            times[i] = min(times[i], times[i + 1])
+        return list(zip(sizes, times))
+
+    def seconds(self, num_tokens: int) -> float:
+        points = self.points()
+        if not points:
+            raise ValueError("no step measured yet")
+        sizes = [n for n, _ in points]
+        if num_tokens <= sizes[0] or len(points) == 1:
+            return points[0][1] if num_tokens <= sizes[0] else points[0][1] * num_tokens / sizes[0]
+        i = min(bisect.bisect_left(sizes, num_tokens), len(points) - 1)
+        (n0, t0), (n1, t1) = points[i - 1], points[i]
+        return t0 + (t1 - t0) * (num_tokens - n0) / (n1 - n0)
+
+
+class CostAwareDraftLength:
+    """Chooses each step's drafted length in 0..max_length (see the module docstring)."""
+
+    EXPLORE_EVERY = 8  # after warm-up, every 8th step drafts around the choice
+
+    def __init__(self, max_length: int, warmup_cycles: int = 2) -> None:
+        self.max_length = max_length
+        self.curve = StepCostCurve()
+        self._drafted_per_position = [0] * max_length  # [i]: drafts that reached position i+1
+        self._accepted_per_position = [0] * max_length  # ... and were accepted up to it
+        self._draft_seconds = deque(maxlen=32)
+        self._warmup = [k for _ in range(warmup_cycles) for k in range(max_length, -1, -1)]
+        self._steps = 0
+        self.chosen = max_length  # the last length chosen by the rule, not by exploring
+
+    @property
+    def warmed_up(self) -> bool:
+        return self._steps >= len(self._warmup)
+
+    def record_draft(self, seconds: float) -> None:
+        self._draft_seconds.append(seconds)
+
+    def record_step(self, num_tokens: int, seconds: float) -> None:
+        """A step that ran the target over ``num_tokens`` tokens (decode and verify only)."""
+        self.curve.record(num_tokens, seconds)
+
+    def record_acceptance(self, drafted: Iterable[int], accepted: Iterable[int]) -> None:
+        """Per sequence of the last verification: tokens drafted, and accepted of them."""
+        for num_drafted, num_accepted in zip(drafted, accepted):
+            for i in range(min(num_drafted, self.max_length)):
+                self._drafted_per_position[i] += 1
+                self._accepted_per_position[i] += i < num_accepted
+
+    def expected_tokens(self) -> list[float]:
+        """[k]: expected tokens per sequence and step when drafting k (the target's own, plus the
+        accepted ones); one pseudo-draft, half accepted, keeps an unmeasured position off 0 and 1."""
+        expected = [1.0]
+        for drafted, accepted in zip(self._drafted_per_position, self._accepted_per_position):
+            expected.append(expected[-1] + (accepted + 0.5) / (drafted + 1.0))
+        return expected
+
+    def choose(self, num_sequences: int) -> int:
+        step = self._steps
+        self._steps += 1
+        if step < len(self._warmup) or not self._draft_seconds:
+            return self._warmup[step % len(self._warmup)]
+        if step % self.EXPLORE_EVERY == 0:  # keep the rates and times around the choice measured
+            offset = 2 if (step // self.EXPLORE_EVERY) % 2 else -2
+            return min(self.max_length, max(0, self.chosen + offset))
+        draft = statistics.median(self._draft_seconds)
+        rates = [num_sequences * expected
+                 / (draft + self.curve.seconds(num_sequences * (k + 1)))
+                 for k, expected in enumerate(self.expected_tokens())]
+        self.chosen = max(range(len(rates)), key=rates.__getitem__)
+        return self.chosen
