@@ -2,8 +2,9 @@
 speculation, the engine's DFlash control and our method, at concurrency 1 and 4, on the
 benchmark family (fixtures/REPORT.md) by default, each server as it is served for speed (vLLM
 with torch.compile; the drivers' "bench" configuration); where the engine can choose each
-step's drafted length from its own costs (llama.cpp's --spec-draft-cost-aware), every command
-again with that option, the drafted tokens per step beside the acceptance length.
+step's drafted length from its own costs (llama.cpp's --spec-draft-cost-aware, vllm_lilicorr's
+"cost_aware": true), every command again with that option, the drafted tokens per step beside
+the acceptance length.
 
 Load and latency come from vLLM's own benchmark client (`vllm bench serve`, OpenAI completions
 API, which all three engines serve); acceptance from each engine's own counters (Prometheus

@@ -33,24 +33,31 @@ class StepCostCurve:
     def __init__(self, window: int = 9) -> None:
         self._samples: dict[int, deque[float]] = {}
         self._window = window
+        self._points: list[tuple[int, float]] | None = None  # from the samples, on first use
 
     def record(self, num_tokens: int, seconds: float) -> None:
         self._samples.setdefault(num_tokens, deque(maxlen=self._window)).append(seconds)
+        self._points = None
 
     def points(self) -> list[tuple[int, float]]:
-        sizes = sorted(self._samples)
-        times = [statistics.median(self._samples[n]) for n in sizes]
-        for i in range(len(times) - 2, -1, -1):
-            times[i] = min(times[i], times[i + 1])
-        return list(zip(sizes, times))
+        if self._points is None:
+            sizes = sorted(self._samples)
+            times = [statistics.median(self._samples[n]) for n in sizes]
+            for i in range(len(times) - 2, -1, -1):
+                times[i] = min(times[i], times[i + 1])
+            self._points = list(zip(sizes, times))
+        return self._points
 
     def seconds(self, num_tokens: int) -> float:
         points = self.points()
         if not points:
             raise ValueError("no step measured yet")
+        smallest, its_time = points[0]
+        if num_tokens <= smallest:
+            return its_time
+        if len(points) == 1:
+            return its_time * num_tokens / smallest
         sizes = [n for n, _ in points]
-        if num_tokens <= sizes[0] or len(points) == 1:
-            return points[0][1] if num_tokens <= sizes[0] else points[0][1] * num_tokens / sizes[0]
         i = min(bisect.bisect_left(sizes, num_tokens), len(points) - 1)
         (n0, t0), (n1, t1) = points[i - 1], points[i]
         return t0 + (t1 - t0) * (num_tokens - n0) / (n1 - n0)

@@ -46,9 +46,14 @@ def is_lilicorr_draft(speculative_config: Any) -> bool:
     return draft is not None and ARCHITECTURE in (draft.architectures or [])
 
 
+def underscored(spec: dict[str, Any]) -> dict[str, Any]:
+    """The user's speculative-config dict with vLLM's spelling of its keys (CLI JSON may use -)."""
+    return {key.replace("-", "_"): value for key, value in spec.items()}
+
+
 def take_cost_aware(spec: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     """The user's dict without ``"cost_aware"`` (which vLLM would refuse), and its value."""
-    spec = {key.replace("-", "_"): value for key, value in spec.items()}
+    spec = underscored(spec)
     cost_aware = spec.pop(COST_AWARE, False)
     if not isinstance(cost_aware, bool):
         raise DrafterSpecError(f'"{COST_AWARE}" must be true or false, not {cost_aware!r}')
@@ -74,7 +79,7 @@ def prepare(spec: dict[str, Any], target_text_config: Any) -> dict[str, Any]:
     :class:`DrafterSpecError` with one line naming cause and fix. Leaves other methods as they
     are, except that a LiLiCorr checkpoint given to one of them is refused by name.
     """
-    spec = {key.replace("-", "_"): value for key, value in spec.items()}
+    spec = underscored(spec)
     method, model = spec.get("method"), spec.get("model")
     if method == METHOD:
         if model is None:

@@ -36,11 +36,17 @@ class Method:
     ours: bool = False       # our method (True) or the engine's own DFlash control
     max_draft: int = 7       # drafted tokens per step (with cost_aware: at most)
     # the engine picks each step's drafted length from its measured verify cost and running
-    # acceptance (llama-server's --spec-draft-cost-aware)
+    # acceptance (llama-server's --spec-draft-cost-aware, vllm_lilicorr's "cost_aware": true)
     cost_aware: bool = False
 
 
 BASELINE = Method("baseline", None)
+
+
+def cost_aware_variants(methods: tuple[Method, ...]) -> tuple[Method, ...]:
+    """The same methods with the engine choosing each step's drafted length (0 to max_draft)."""
+    return tuple(dataclasses.replace(m, name=f"{m.name}+cost-aware", cost_aware=True)
+                 for m in methods)
 # A cost-aware drafted length changes only how many drafted tokens a step verifies: one request,
 # a batch, concurrent requests and a hybrid target's state rollback after partial acceptance
 COST_AWARE_SCENARIOS = ("one_request", "batch_mixed_lengths", "concurrent_requests",

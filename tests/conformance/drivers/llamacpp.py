@@ -25,13 +25,12 @@ from __future__ import annotations
 import base64
 import json
 import time
-from dataclasses import replace
 
 from ..compare import Counters, Output, Run
 from ..prompts import Request
 from ..scenarios import HELD_OUT_SCENARIOS, TWO_SLOTS, Scenario
-from .base import (FIXTURES, REPO, Driver, EngineProcess, Method, each_request, free_port,
-                   http_json, metrics)
+from .base import (FIXTURES, REPO, Driver, EngineProcess, Method, cost_aware_variants,
+                   each_request, free_port, http_json, metrics)
 
 LLAMA_SERVER = REPO / "build" / "llama.cpp" / "build" / "bin" / "llama-server"
 GGUF = FIXTURES / "gguf"
@@ -89,8 +88,7 @@ class LlamaCppDriver(Driver):
     )
     # the same commands with --spec-draft-cost-aware: each step drafts what this machine's verify
     # cost pays for (0 to the fixed length); the benchmark runs them beside the fixed length
-    cost_aware_methods = tuple(replace(m, name=f"{m.name}+cost-aware", cost_aware=True)
-                               for m in methods)
+    cost_aware_methods = cost_aware_variants(methods)
 
     def unavailable(self, scenario: Scenario, method: Method) -> str | None:
         if reason := super().unavailable(scenario, method):

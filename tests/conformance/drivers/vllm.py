@@ -12,14 +12,13 @@ from __future__ import annotations
 import base64
 import json
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from ..compare import Counters, Output, Run
 from ..prompts import Request
 from ..scenarios import Scenario
 from .base import (BASELINE, FIXTURES, PROFILES, REPO, Driver, EngineProcess, Method,
-                   free_port, http_json, metric_by_label, metrics)
+                   cost_aware_variants, free_port, http_json, metric_by_label, metrics)
 
 VLLM = REPO / ".venvs" / "vllm" / "bin" / "vllm"
 SERVED_NAME = "target"
@@ -97,8 +96,7 @@ class VllmDriver(Driver):
     )
     # the same configs with "cost_aware": true (vllm_lilicorr: each step verifies only the drafted
     # tokens this machine's step times pay for); the benchmark runs them beside the fixed length
-    cost_aware_methods = tuple(replace(m, name=f"{m.name}+cost-aware", cost_aware=True)
-                               for m in methods)
+    cost_aware_methods = cost_aware_variants(methods)
 
     def unavailable(self, scenario: Scenario, method: Method) -> str | None:
         if reason := super().unavailable(scenario, method):
