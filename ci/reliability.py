@@ -20,6 +20,12 @@ def render(rows: list[dict]) -> str:
     lines = [f"# Reliability ({time.strftime('%Y-%m-%d')})", "",
              "Written by README's test command from what each test saw: one row per bad input, "
              "load or fault, with the engine's answer and the test's verdict.", "",
+             "Aborts during the verify forward: an engine streams a chunk as a step ends, so "
+             "each client that leaves waits for a chunk, then leaves where the next step runs "
+             "its target forward over the drafts (a third of a step later in vLLM, which "
+             "verifies first and drafts after; two thirds in llama-server and SGLang, which "
+             "draft first) unless another chunk came first; the step is the median gap between "
+             "its own chunks (tests/conformance/client.py, abandon_streams).", "",
              "| engine | input or fault | what happens | test |", "|---|---|---|---|"]
     order = {engine: i for i, engine in enumerate(ENGINES)}
     for row in sorted(rows, key=lambda r: order.get(r["engine"], len(order))):

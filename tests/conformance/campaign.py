@@ -41,14 +41,16 @@ class Campaign:
                         want_top2 = (method is BASELINE or s.logprobs) and s.compares_outputs
                         requests = prompt_set(s.prompts)
                         try:
-                            if s.abandoned_streams:
-                                self.driver.drop_streams(engine, s, requests)
+                            cuts = (self.driver.drop_streams(engine, s, requests,
+                                                             speculative=method is not BASELINE)
+                                    if s.abandoned_streams else [])
                             if s.shutdown:
                                 run = self.driver.shut_down_while_streaming(engine, s, requests)
                             else:
                                 with engine.peak_rss() as peak:
                                     run = self.driver.run(engine, s, requests, want_top2)
                                 run.peak_mb = round(peak.mb)
+                                run.cuts = cuts
                                 engine.check_healthy(after=s.name)
                         except Exception as exc:
                             run = exc

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import http.client
 import json
+import statistics
 import threading
 import time
 import urllib.request
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 
 @dataclass
@@ -60,29 +63,69 @@ def stream(url: str, payload: dict, timeout: float = 600.0) -> Streamed:
     return Streamed("".join(parts), tokens, first - started, last - started, timings)
 
 
-def abandon_streams(url: str, payloads: list[dict], chunks: int = 3, timeout: float = 120.0) -> int:
-    """Start every streamed request at once, read ``chunks`` text chunks of each, then close the
-    connection as a client that goes away would. Returns how many streams were cut while still
-    generating (a stream that ended first was not abandoned)."""
-    def cut(payload: dict) -> bool:
-        body = {**payload, "stream": True}
-        request = urllib.request.Request(url, data=json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json"})
-        seen = 0
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            for raw in response:
-                line = raw.decode().strip()
-                if line == "data: [DONE]":
-                    return False
+@dataclass(frozen=True)
+class Cut:
+    """A stream its client left mid-step: ``after_ms`` after its last chunk, a step taking
+    ``step_ms`` (the median gap between its last chunks), and no chunk having come in between."""
+    after_ms: float
+    step_ms: float
+
+
+# a read that returns sooner found its chunk already buffered: sent with the one before it (an
+# engine that streams a step's tokens one by one), or while the client was busy
+WAITED_S = 2e-4
+
+
+def abandon_streams(url: str, payloads: list[dict], chunks: int = 8, at: float = 0.5,
+                    timeout: float = 120.0) -> list[Cut]:
+    """Start every streamed request at once; each client waits for ``chunks`` text chunks
+    (a chunk found already buffered does not count: its time is not its own), then leaves
+    ``at`` of a step (the median gap between them) after the last, unless another comes first
+    (then it counts that one in and waits on); with ``at`` 0, right after reading ``chunks``
+    chunks. An engine streams a step's text as the step ends, so the client leaves while the
+    engine runs its next step: ``at`` picks the part of it (a speculative step's verify forward,
+    its draft sitting at one end). Returns the cuts; a stream that ended first was not cut."""
+    parts = urlsplit(url)
+
+    def cut(payload: dict) -> Cut | None:
+        connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+        connection.request("POST", parts.path, json.dumps({**payload, "stream": True}),
+                           {"Content-Type": "application/json"})
+        sock = connection.sock  # held: the wait for a chunk is its read timeout
+        response = connection.getresponse()
+        seen, last = 0, 0.0  # text chunks read, and when the last was
+        waited_for: deque[float] = deque(maxlen=chunks)  # arrival times of chunks waited for
+        step = None
+        try:
+            while True:
+                if not at and seen >= chunks:
+                    return Cut(0.0, 0.0)
+                if at and len(waited_for) == chunks:
+                    times = list(waited_for)
+                    step = statistics.median(b - a for a, b in zip(times, times[1:]))
+                    sock.settimeout(max(last + at * step - time.monotonic(), 1e-3))
+                asked = time.monotonic()
+                try:
+                    raw = response.readline()
+                except TimeoutError:
+                    if step is None:
+                        raise  # the server's silence, not ours
+                    return Cut((time.monotonic() - last) * 1e3, step * 1e3)
+                line = raw.decode(errors="replace").strip()
+                if not raw or line == "data: [DONE]":
+                    return None
                 if line.startswith("data:") and any(
                         c.get("text") for c in json.loads(line[5:]).get("choices") or []):
-                    seen += 1
-                    if seen == chunks:
-                        return True  # leaving the with-block closes the socket mid-stream
-        return False
+                    seen, last = seen + 1, time.monotonic()
+                    if last - asked >= WAITED_S:
+                        waited_for.append(last)
+        finally:  # closing the socket mid-stream is the client going away
+            response.close()
+            connection.close()
+            sock.close()
 
     with ThreadPoolExecutor(len(payloads)) as pool:
-        return sum(pool.map(cut, payloads))
+        return [c for c in pool.map(cut, payloads) if c is not None]
 
 
 class LiveStreams:

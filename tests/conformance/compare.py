@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 from blockdraft.verdict import NEAR_TIE_EPSILON, FloatReference, first_difference
 
+from .client import Cut
 from .prompts import Request, text_ids, tokenizer
 from .scenarios import LOGPROB_TOLERANCE, Scenario
 
@@ -64,6 +66,7 @@ class Run:
     counters: Counters
     seconds: float
     peak_mb: float = 0.0  # the engine's resident memory at its highest during the run
+    cuts: list[Cut] = field(default_factory=list)  # streams whose clients left before the run
 
     @property
     def tokens_per_second(self) -> float:
@@ -157,6 +160,10 @@ class CaseResult:
     baseline_peak_mb: float = 0.0
     # scenarios asking for log-probs: the largest |speculative - baseline| top-2 log-prob
     logprob_deviation: float | None = None
+    # scenarios whose clients leave mid-step: how many did, and when (medians, ms)
+    streams_cut: int = 0
+    cut_after_ms: float = 0.0
+    cut_step_ms: float = 0.0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -226,6 +233,10 @@ def judge(engine: str, scenario: Scenario, method: str, family: str, baseline: R
                         baseline_tokens_per_second=round(baseline.tokens_per_second, 1),
                         peak_mb=spec.peak_mb, baseline_peak_mb=baseline.peak_mb,
                         outputs=len(spec.outputs))
+    if spec.cuts:
+        result.streams_cut = len(spec.cuts)
+        result.cut_after_ms = round(statistics.median(c.after_ms for c in spec.cuts), 1)
+        result.cut_step_ms = round(statistics.median(c.step_ms for c in spec.cuts), 1)
     problems = []
     if c.drafts <= 0 or c.accepted_tokens <= 0:
         problems.append(f"speculation did not run or accepted nothing ({c.drafts} drafts, "

@@ -60,6 +60,11 @@ def outcome(result, scenario) -> str:
         ratio = result.tokens_per_second / max(result.baseline_tokens_per_second, 1e-9)
         figures.append(f"{result.tokens_per_second} tok/s against {result.baseline_tokens_per_second} "
                        f"without ({ratio:.2f}x), {result.seconds} s")
+    if result.streams_cut:
+        figures.append(f"before them {result.streams_cut} clients left mid-step, in the verify "
+                       f"forward ({result.cut_after_ms} ms after their last chunk, steps of "
+                       f"{result.cut_step_ms} ms, medians; no chunk between), their requests "
+                       "released")
     if result.peak_mb:
         figures.append(f"peak RSS {result.peak_mb:.0f} MB ({result.baseline_peak_mb:.0f} MB without)")
     return (f"{sent} sent, {outputs} completed, {equal}"

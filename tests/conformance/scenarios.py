@@ -136,9 +136,10 @@ SCENARIOS = (
     Scenario("parallel_sampling_sampled", "n=2 completions per request at temperature 0.8: "
              "every choice finishes, statistics sane", "in_domain", mode="batch", choices=2,
              temperature=0.8, fault="2 sampled completions per request (n=2, temperature 0.8)"),
-    Scenario("client_disconnects", "8 clients drop their streams mid-block: the server frees "
-             "their requests and the next ones still match", "mixed8", mode="concurrent",
-             abandoned_streams=8, fault="8 clients disconnecting mid-stream, then 8 requests"),
+    Scenario("client_disconnects", "8 clients leave their streams in the middle of a step, "
+             "while the engine verifies their drafts: the server frees their requests and the "
+             "next ones still match", "mixed8", mode="concurrent", abandoned_streams=8,
+             fault="8 clients leaving mid-step (aborts during the verify forward), then 8 requests"),
     Scenario("sigterm_while_streaming", "SIGTERM while 3 requests stream: the server exits, "
              "leaves no process behind and closes every stream", "in_domain", max_tokens=600,
              mode="concurrent", shutdown=True, fault="SIGTERM while 3 requests stream"),

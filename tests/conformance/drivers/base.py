@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, TypeVar
 
-from ..client import LiveStreams, Streamed, abandon_streams, stream
+from ..client import Cut, LiveStreams, Streamed, abandon_streams, stream
 from ..compare import Counters, Output, Run
 from ..prompts import Request, text_ids, tokenizer
 from ..scenarios import Scenario
@@ -268,6 +268,10 @@ class Driver(ABC):
     # tokens of the streams a shutdown scenario interrupts, where the scenario's are too few to
     # outlast the steps before the signal on a fast machine
     shutdown_stream_tokens = 0
+    # where in a speculative step, as a share of it after the chunk the last step streamed, the
+    # target's verify forward runs: its later part, where the draft comes first (llama-server's
+    # update_slots, SGLang's DSPARK worker) and takes at most a third of the step
+    verify_at = 0.65
 
     def family(self, scenario: Scenario) -> str:
         return self.vision_family if scenario.family == "vision" else scenario.family
@@ -303,20 +307,25 @@ class Driver(ABC):
     def busy_requests(self, engine: EngineProcess) -> int:
         """Requests the server is running or queueing."""
 
-    def drop_streams(self, engine: EngineProcess, scenario: Scenario,
-                     requests: tuple[Request, ...], released_within: float = 60.0) -> None:
-        """Clients that disconnect mid-stream: the server must release their requests (and
-        with them their KV and draft state) instead of generating on for nobody."""
-        cut = abandon_streams(engine.url + "/v1/completions", long_streams(
-            [requests[i % len(requests)] for i in range(scenario.abandoned_streams)], 400))
-        if cut == 0:
+    def drop_streams(self, engine: EngineProcess, scenario: Scenario, requests: tuple[Request, ...],
+                     speculative: bool, released_within: float = 60.0) -> list[Cut]:
+        """Clients that disconnect, with speculation in the middle of a step, while the engine
+        verifies their drafts: the server must release their requests (and with them their KV
+        and draft state) instead of generating on for nobody. Returns the cuts. Without
+        speculation they leave as soon as they have read some text: there a step takes a few
+        ms, less than a busy client's lag behind its socket."""
+        cuts = abandon_streams(engine.url + "/v1/completions", long_streams(
+            [requests[i % len(requests)] for i in range(scenario.abandoned_streams)], 400),
+            at=self.verify_at if speculative else 0.0)
+        if not cuts:
             raise RuntimeError("every stream ended before its client left: nothing was abandoned")
         deadline = time.time() + released_within
         while (busy := self.busy_requests(engine)) and time.time() < deadline:
             time.sleep(0.5)
         if busy:
             raise RuntimeError(f"{busy} requests still held {released_within:.0f} s after "
-                               f"{cut} clients disconnected")
+                               f"{len(cuts)} clients disconnected")
+        return cuts
 
     def shut_down_while_streaming(self, engine: EngineProcess, scenario: Scenario,
                                   requests: tuple[Request, ...]) -> Run:

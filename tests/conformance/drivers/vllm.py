@@ -90,6 +90,10 @@ class VllmDriver(Driver):
     # three streams of the scenario's 600 tokens end within 5 s here (measured 2026-12-07), and a
     # full conformance run once saw them all end before the signal: the context's worth instead
     shutdown_stream_tokens = MAX_MODEL_LEN - 256
+    # the V1 runner verifies first, then drafts (gpu_model_runner.execute_model, then
+    # sample_tokens' propose_draft_token_ids; no async scheduling on CPU), and its verify forward
+    # is about 60% of a step: a third of a step after the chunk is inside it
+    verify_at = 0.3
     methods = (
         Method("dflash", "dflash", ours=False, max_draft=7),
         Method("lilicorr", "lilicorr", ours=True, max_draft=7),
