@@ -12,61 +12,63 @@ for engines that keep the draft running every step (vLLM's block drafter writes 
 context into its KV cache in the draft pass, so ``k = 0`` still drafts and then verifies none).
 
 An engine that cannot time its target forwards at start-up learns ``T_verify`` from its own
-steps: the first steps cycle through every length, and later ones explore around the choice.
+steps: the first steps cycle through every length, and every 8th later one drafts 2 more than
+the choice.
 Engine-free: adapters report times and acceptance and ask for a length.
 """
 
 from __future__ import annotations
 
-import bisect
 import statistics
 from collections import deque
 from collections.abc import Iterable
 
 
 class StepCostCurve:
-    """T_verify(n): the median of the recent times of steps over ``n`` target tokens, linear
-    between measured sizes, flat below the smallest, extended with the last slope past the
-    largest, and never decreasing with ``n`` (a step slowed by the machine is bounded by the
-    larger ones)."""
+    """T_verify(n) as a line ``a + b n`` fitted by least squares through the median of the
+    recent times of steps at each measured size ``n``. A line rather than the medians joined up:
+    on a CPU neighbouring sizes differ by less than their noise, and the choice follows the
+    slope, which a line takes from every size at once. The slope is never negative and the
+    line never starts below 0 (then it is fitted through the origin)."""
 
     def __init__(self, window: int = 9) -> None:
         self._samples: dict[int, deque[float]] = {}
         self._window = window
-        self._points: list[tuple[int, float]] | None = None  # from the samples, on first use
+        self._line: tuple[float, float] | None = None  # (a, b), from the samples, on first use
 
     def record(self, num_tokens: int, seconds: float) -> None:
         self._samples.setdefault(num_tokens, deque(maxlen=self._window)).append(seconds)
-        self._points = None
+        self._line = None
 
     def points(self) -> list[tuple[int, float]]:
-        if self._points is None:
-            sizes = sorted(self._samples)
-            times = [statistics.median(self._samples[n]) for n in sizes]
-            for i in range(len(times) - 2, -1, -1):
-                times[i] = min(times[i], times[i + 1])
-            self._points = list(zip(sizes, times))
-        return self._points
+        """(size, median seconds) of every measured size, smallest first."""
+        return [(n, statistics.median(self._samples[n])) for n in sorted(self._samples)]
+
+    def line(self) -> tuple[float, float]:
+        """(a, b) of T_verify(n) = a + b n."""
+        if self._line is None:
+            points = self.points()
+            if not points:
+                raise ValueError("no step measured yet")
+            sizes, times = zip(*points)
+            mean_n, mean_t = statistics.fmean(sizes), statistics.fmean(times)
+            spread = sum((n - mean_n) ** 2 for n in sizes)
+            slope = max(0.0, sum((n - mean_n) * (t - mean_t) for n, t in points) / spread
+                        if spread else 0.0)
+            self._line = (mean_t - slope * mean_n, slope)
+            if self._line[0] < 0:
+                self._line = (0.0, sum(n * t for n, t in points) / sum(n * n for n in sizes))
+        return self._line
 
     def seconds(self, num_tokens: int) -> float:
-        points = self.points()
-        if not points:
-            raise ValueError("no step measured yet")
-        smallest, its_time = points[0]
-        if num_tokens <= smallest:
-            return its_time
-        if len(points) == 1:
-            return its_time * num_tokens / smallest
-        sizes = [n for n, _ in points]
-        i = min(bisect.bisect_left(sizes, num_tokens), len(points) - 1)
-        (n0, t0), (n1, t1) = points[i - 1], points[i]
-        return t0 + (t1 - t0) * (num_tokens - n0) / (n1 - n0)
+        a, b = self.line()
+        return a + b * num_tokens
 
 
 class CostAwareDraftLength:
     """Chooses each step's drafted length in 0..max_length (see the module docstring)."""
 
-    EXPLORE_EVERY = 8  # after warm-up, every 8th step drafts around the choice
+    EXPLORE_EVERY = 8  # after warm-up, every 8th step drafts 2 more than the choice
 
     def __init__(self, max_length: int, warmup_cycles: int = 2) -> None:
         self.max_length = max_length
@@ -109,9 +111,10 @@ class CostAwareDraftLength:
         self._steps += 1
         if step < len(self._warmup) or not self._draft_seconds:
             return self._warmup[step % len(self._warmup)]
-        if step % self.EXPLORE_EVERY == 0:  # keep the rates and times around the choice measured
-            offset = 2 if (step // self.EXPLORE_EVERY) % 2 else -2
-            return min(self.max_length, max(0, self.chosen + offset))
+        if step % self.EXPLORE_EVERY == 0 and self.chosen < self.max_length:
+            # the positions past the choice keep being measured (as llama.cpp's rule does);
+            # exploring below it would only cost accepted tokens: acceptance is a prefix
+            return min(self.max_length, self.chosen + 2)
         draft = statistics.median(self._draft_seconds)
         rates = [num_sequences * expected
                  / (draft + self.curve.seconds(num_sequences * (k + 1)))

@@ -5,15 +5,29 @@ import pytest
 from blockdraft.draft_length import CostAwareDraftLength, StepCostCurve
 
 
-def test_curve_interpolates_extrapolates_and_never_decreases():
+def test_curve_is_a_line_through_the_medians():
     curve = StepCostCurve()
-    for n, seconds in ((1, 0.010), (4, 0.016), (8, 0.024)):
+    for n, seconds in ((1, 0.010), (4, 0.016), (8, 0.024), (2, 0.012)):
         curve.record(n, seconds)
-    curve.record(2, 0.030)  # a step slowed by the machine: bounded by the larger sizes
-    assert curve.points() == [(1, 0.010), (2, 0.016), (4, 0.016), (8, 0.024)]
-    assert curve.seconds(6) == pytest.approx(0.020)
-    assert curve.seconds(16) == pytest.approx(0.040)  # the last slope, continued
-    assert curve.seconds(1) == curve.seconds(0) == 0.010
+    assert curve.line() == pytest.approx((0.008, 0.002))
+    assert curve.seconds(16) == pytest.approx(0.040)
+    curve.record(2, 0.030)
+    curve.record(2, 0.030)  # a machine slowed for two steps: the median at 2, and the line, follow
+    assert curve.points()[1] == (2, 0.030)
+    a, b = curve.line()
+    assert 0 < b < 0.002 and a > 0.008
+
+
+def test_curve_never_slopes_down_nor_starts_below_zero():
+    flat = StepCostCurve()
+    for n, seconds in ((1, 0.012), (8, 0.010)):  # noise: a larger window measured faster
+        flat.record(n, seconds)
+    assert flat.line() == pytest.approx((0.011, 0.0))
+    steep = StepCostCurve()
+    for n, seconds in ((2, 0.002), (4, 0.010)):  # the line through them starts below 0
+        steep.record(n, seconds)
+    a, b = steep.line()
+    assert a == 0 and b == pytest.approx((2 * 0.002 + 4 * 0.010) / 20)
 
 
 def test_curve_takes_the_median_of_recent_steps():
@@ -72,3 +86,12 @@ def test_acceptance_counts_only_the_positions_drafted():
     assert expected == pytest.approx([1, 1 + 2.5 / 3, 1 + 2.5 / 3 + 1.5 / 3,
                                       1 + 2.5 / 3 + 1.5 / 3 + 0.5 / 2,
                                       1 + 2.5 / 3 + 1.5 / 3 + 0.5 / 2 + 0.5 / 2])
+
+
+def test_exploration_drafts_more_than_the_choice_never_less():
+    chooser = CostAwareDraftLength(7)
+    warmed_up(chooser, lambda n: 0.010 * n, accepted_share=0.25)  # the choice is 0
+    assert sorted({chooser.choose(1) for _ in range(16)}) == [0, 2]
+    cheap = CostAwareDraftLength(7)
+    warmed_up(cheap, lambda n: 0.010, accepted_share=0.5)  # the choice is the whole block
+    assert {cheap.choose(1) for _ in range(16)} == {7}

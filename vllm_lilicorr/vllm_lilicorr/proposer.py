@@ -132,10 +132,11 @@ class LiLiCorrProposer(DFlashProposer):
         drafts = drafts[:, :self.draft_length.choose(drafts.shape[0])]
         if not self._curve_logged and self.draft_length.warmed_up:
             self._curve_logged = True
-            logger.info("cost-aware drafting, step ms by target tokens: %s; drafting 0..%d tokens "
-                        "per step", ", ".join(f"{n}: {t * 1e3:.1f}"
-                                              for n, t in self.draft_length.curve.points()),
-                        self.draft_length.max_length)
+            curve = self.draft_length.curve
+            logger.info("cost-aware drafting, step ms by target tokens: %s (fitted: %.2f + %.3f n); "
+                        "drafting 0..%d tokens per step",
+                        ", ".join(f"{n}: {t * 1e3:.1f}" for n, t in curve.points()),
+                        *(x * 1e3 for x in curve.line()), self.draft_length.max_length)
         self._last_draft_end = time.perf_counter()
         return drafts
 
