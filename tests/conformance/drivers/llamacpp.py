@@ -26,6 +26,8 @@ import base64
 import json
 import time
 
+from blockdraft.fixtures.vision import drafter_family
+
 from ..compare import Counters, Output, Run
 from ..prompts import Request
 from ..scenarios import HELD_OUT_SCENARIOS, TWO_SLOTS, Scenario
@@ -45,9 +47,8 @@ METRICS = {"drafts": "llamacpp:spec_decode_num_drafts_total",  # verification st
 
 
 def gguf(family: str, role: str):
-    # the LFM2-VL target's language model is the LFM2 fixture target: its drafters serve both
-    if role != "target" and role != "mmproj" and family == "lfm2_vl":
-        family = "lfm2"
+    if role not in ("target", "mmproj"):
+        family = drafter_family(family)
     return GGUF / f"{family}-{role}.gguf"
 
 

@@ -24,6 +24,8 @@ import base64
 import re
 import time
 
+from blockdraft.fixtures.vision import drafter_family
+
 from ..compare import Counters, Output, Run
 from ..prompts import Request
 from ..scenarios import Scenario
@@ -48,11 +50,6 @@ COMMON_ARGS = ["--device", "cpu", "--dtype", "float32", "--chunked-prefill-size"
                # targets (trained on indented code) spend structured_output's tokens on
                "--constrained-json-disable-any-whitespace"]
 PREFILL_LOG = re.compile(r"Prefill batch.*?#new-seq: (\d+), #new-token: (\d+)")
-
-
-def drafter_family(family: str) -> str:
-    # the LFM2-VL target's language model is the LFM2 fixture target: its drafters serve both
-    return "lfm2" if family == "lfm2_vl" else family
 
 
 def server_args(config: str, family: str, method: Method, port: int | None) -> list[str]:
@@ -213,5 +210,4 @@ def not_exercised(scenario: Scenario, requests: tuple[Request, ...], metas: list
     return None
 
 
-__all__ = ["SglangDriver", "engine_process", "server_args", "drafter_family",
-           "not_exercised"]
+__all__ = ["SglangDriver", "engine_process", "server_args", "not_exercised"]

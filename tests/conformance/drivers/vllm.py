@@ -14,6 +14,8 @@ import json
 import time
 from pathlib import Path
 
+from blockdraft.fixtures.vision import drafter_family
+
 from ..compare import Counters, Output, Run
 from ..prompts import Request
 from ..scenarios import Scenario
@@ -131,9 +133,8 @@ class VllmDriver(Driver):
             args += ["--num-gpu-blocks-override", str(TINY_KV_BLOCKS)]
             max_model_len = TINY_KV_MODEL_LEN
         if method.drafter:
-            drafter_family = "qwen3" if family == "llava" else family
             # vLLM's method names are our drafters' roles ("dflash", "lilicorr")
-            args += speculative_args(method.drafter, FIXTURES / drafter_family / method.drafter,
+            args += speculative_args(method.drafter, FIXTURES / drafter_family(family) / method.drafter,
                                      num_speculative_tokens=method.max_draft,
                                      **({"cost_aware": True} if method.cost_aware else {}))
         return serve(f"{config}-{family}-{method.name}", FIXTURES / family / "target", *args,
