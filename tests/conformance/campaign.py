@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from blockdraft.verdict import FloatReference, reference_for
 
-from .compare import CaseResult, Run, judge
+from .compare import COST_AWARE_LOG, CaseResult, Run, judge
 from .drivers.base import BASELINE, FIXTURES, Driver, Method
 from .prompts import prompt_set
 from .scenarios import SCENARIOS, Scenario
@@ -51,6 +51,8 @@ class Campaign:
                                     run = self.driver.run(engine, s, requests, want_top2)
                                 run.peak_mb = round(peak.mb)
                                 run.cuts = cuts
+                                run.chose_lengths = method.cost_aware and COST_AWARE_LOG in \
+                                    engine.log_path.read_text(errors="replace")
                                 engine.check_healthy(after=s.name)
                         except Exception as exc:
                             run = exc

@@ -42,13 +42,14 @@ def test_impossible_acceptance_length_fails():
     assert r.status == "fail" and "outside 1..8" in r.reason
 
 
-def test_cost_aware_run_that_always_drafted_the_fixed_length_fails():
-    """The option must have reached the engine: some step drafted less than the fixed length."""
-    shorter = judge("e", EXACT, "m", "f", run([1]), run([1], counters=Counters(2, 9, 6)), 7,
-                    cost_aware=True)
-    fixed = judge("e", EXACT, "m", "f", run([1]), run([1]), 7, cost_aware=True)
-    assert shorter.status == "pass"
-    assert fixed.status == "fail" and "did not reach the engine" in fixed.reason
+def test_cost_aware_run_whose_engine_never_chose_a_length_fails():
+    """The option must have reached the engine: it logged its step costs. Drafting the whole
+    block every step is no evidence either way (where verifying costs a step, that is right)."""
+    chosen = run([1])
+    chosen.chose_lengths = True
+    assert judge("e", EXACT, "m", "f", run([1]), chosen, 7, cost_aware=True).status == "pass"
+    ignored = judge("e", EXACT, "m", "f", run([1]), run([1]), 7, cost_aware=True)
+    assert ignored.status == "fail" and "did not reach the engine" in ignored.reason
 
 
 def test_overshooting_max_tokens_fails():
