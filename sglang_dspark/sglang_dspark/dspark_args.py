@@ -37,6 +37,7 @@ def handle_dspark(original, server_args) -> None:
     cfg = resolving_view(server_args)
     spec = _drafter_spec(server_args)  # before the built-in handler touches the drafter
     if cfg.device == "cpu":
+        _refuse_compact_verify_on_cpu()
         # The built-in handler's only use of the device is its CUDA/NPU/XPU gate, which
         # predates the CPU kernels this plugin supplies: present a gated device for the call.
         declare_resolution(server_args, SOURCE, device="cuda")
@@ -50,6 +51,17 @@ def handle_dspark(original, server_args) -> None:
     spec = spec or _drafter_spec(server_args)  # a drafter path the handler resolved
     if spec is not None:
         _check_block_size(server_args, spec)
+
+
+def _refuse_compact_verify_on_cpu() -> None:
+    """DSPARK's compact ragged verify packs fewer tokens for some requests than others; the CPU
+    attention backend's verify metadata assumes every request's whole window
+    (intel_amx_backend.py, TARGET_VERIFY), so the first compact step would fail mid-request."""
+    from sglang.srt.speculative.ragged_verify import RaggedVerifyMode, read_ragged_verify_mode
+
+    if read_ragged_verify_mode() is RaggedVerifyMode.COMPACT:
+        raise ValueError("SGLANG_RAGGED_VERIFY_MODE=compact does not run on CPU yet (the CPU "
+                         "attention backend verifies whole windows); use cap-accept or static")
 
 
 def _use_cpu_draft_backend(server_args) -> None:

@@ -48,3 +48,14 @@ def test_cuda_draft_backend_maps_to_cpu_with_one_log_line():
     assert default["draft_backend"] is None  # unset: the draft uses the target's CPU backend
     notices = [ln for ln in log.splitlines() if "does not run on CPU" in ln]
     assert len(notices) == 1 and "'flashinfer'" in notices[0] and "'intel_amx'" in notices[0]
+
+
+def test_compact_ragged_verify_is_refused_on_cpu_before_loading(monkeypatch):
+    """Its first compact step would fail in the CPU attention backend, mid-request."""
+    monkeypatch.setenv("SGLANG_RAGGED_VERIFY_MODE", "compact")
+    (compact,), _ = resolve([_case()])
+    assert compact["error_type"] == "ValueError"
+    assert compact["error"].startswith("SGLANG_RAGGED_VERIFY_MODE=compact does not run on CPU")
+    monkeypatch.setenv("SGLANG_RAGGED_VERIFY_MODE", "cap-accept")
+    (cap_accept,), _ = resolve([_case()])
+    assert "error" not in cap_accept, cap_accept
