@@ -66,7 +66,8 @@ def stream(url: str, payload: dict, timeout: float = 600.0) -> Streamed:
 @dataclass(frozen=True)
 class Cut:
     """A stream its client left mid-step: ``after_ms`` after its last chunk, a step taking
-    ``step_ms`` (the median gap between its last chunks), and no chunk having come in between."""
+    ``step_ms`` (the median gap between its last chunks), and no chunk having come in between;
+    (0, 0) for a client that left right after its chunks, without aiming (``at`` 0)."""
     after_ms: float
     step_ms: float
 
